@@ -1,0 +1,36 @@
+"""gnmt_tf: Google's Neural Machine Translation system (Wu et al. 2016) on TensorFlow.
+
+Built on Keras 2 (the ``tf_keras`` package), which tensorflow-model-optimization
+and the multi-worker / parameter-server ``fit`` paths need; ``gnmt_tf.keras``
+is that Keras, for callbacks, optimizers and layers that work with the model.
+
+The public names below are imported on first use, so that command-line tools
+(``python -m gnmt_tf.train --help``) answer without loading TensorFlow.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    "GNMT": "gnmt_tf.model",
+    "GNMTConfig": "gnmt_tf.config",
+    "ModelConfig": "gnmt_tf.config",
+    "ConfigError": "gnmt_tf.config",
+    "load_config": "gnmt_tf.config",
+    "SequenceCrossEntropy": "gnmt_tf.losses",
+}
+
+__all__ = sorted(_PUBLIC) + ["keras", "__version__"]
+
+
+def __getattr__(name):
+    if name == "keras":
+        return importlib.import_module("tf_keras")
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'gnmt_tf' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,83 @@
+"""Additive attention with one hidden layer (eq. 4).
+
+Written with expand_dims/squeeze rather than ``x[:, None]`` indexing, which
+TFLite cannot convert inside loops.
+
+    s_t = v . tanh(W_q y + W_k x_t + b)        (the one hidden layer)
+    p_t = softmax_t(s_t)                       (padding positions excluded)
+    a   = sum_t p_t x_t
+
+``W_k x_t + b`` depends only on the source sentence, so :meth:`project_keys`
+computes it once per sentence and every decoding step reuses it (an identity
+that changes no output; Devlin 2017, section 4.3).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf.cell import uniform_initializer
+
+# Added to the scores of padding positions; exp() of it is exactly 0 in float32.
+_MASKED_SCORE = -1e9
+
+
+class AttentionMemory(NamedTuple):
+    """What the decoder attends to, prepared once per source sentence."""
+
+    keys: tf.Tensor  # [batch, src, attention_units]: W_k x_t + b
+    values: tf.Tensor  # [batch, src, encoder_units]: the top encoder outputs x_t
+    mask: tf.Tensor  # [batch, src] bool: True at real (non-padding) positions
+
+
+@keras.saving.register_keras_serializable(package="gnmt_tf")
+class AdditiveAttention(keras.layers.Layer):
+    """Bahdanau-style attention; the query is the bottom decoder layer's output."""
+
+    def __init__(self, units: int, init_scale: float = 0.04, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.init_scale = init_scale
+
+    def build_for(self, query_dim: int, value_dim: int) -> None:
+        """Create the weights for the given query and encoder-output widths."""
+        with tf.name_scope(self.name):
+            self.query_kernel = self.add_weight("query_kernel", shape=(query_dim, self.units), initializer=uniform_initializer(self.init_scale))
+            self.key_kernel = self.add_weight("key_kernel", shape=(value_dim, self.units), initializer=uniform_initializer(self.init_scale))
+            self.hidden_bias = self.add_weight("hidden_bias", shape=(self.units,), initializer=uniform_initializer(self.init_scale))
+            self.score_vector = self.add_weight("score_vector", shape=(self.units,), initializer=uniform_initializer(self.init_scale))
+        self.built = True
+
+    def project_keys(self, values: tf.Tensor) -> tf.Tensor:
+        """``W_k x_t + b`` for every source position: [batch, src, units]. Once per sentence."""
+        return tf.tensordot(values, self.key_kernel, axes=1) + self.hidden_bias
+
+    def memory(self, values: tf.Tensor, mask: tf.Tensor) -> AttentionMemory:
+        """Prepare the encoder outputs for attention: keys projected once per sentence."""
+        return AttentionMemory(self.project_keys(values), values, mask)
+
+    def attend(self, queries: tf.Tensor, memory: AttentionMemory) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Context and attention probabilities for ``queries`` [batch, tgt, query_dim].
+
+        Returns ``(contexts [batch, tgt, value_dim], probs [batch, tgt, src])``.
+        """
+        projected_queries = tf.tensordot(queries, self.query_kernel, axes=1)  # [B, T, A]
+        hidden = tf.tanh(tf.expand_dims(memory.keys, 1) + tf.expand_dims(projected_queries, 2))  # [B, T, S, A]
+        scores = tf.tensordot(hidden, self.score_vector, axes=1)  # [B, T, S]
+        scores = tf.where(tf.expand_dims(memory.mask, 1), scores, tf.cast(_MASKED_SCORE, scores.dtype))
+        probs = tf.nn.softmax(scores, axis=-1)
+        contexts = tf.matmul(probs, memory.values)  # [B, T, V]
+        return contexts, probs
+
+    def attend_step(self, query: tf.Tensor, memory: AttentionMemory) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`attend` for a single query per sentence [batch, query_dim]."""
+        contexts, probs = self.attend(tf.expand_dims(query, 1), memory)
+        return tf.squeeze(contexts, 1), tf.squeeze(probs, 1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(units=self.units, init_scale=self.init_scale)
+        return config

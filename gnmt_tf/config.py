@@ -1,0 +1,424 @@
+"""The one configuration system: dataclasses loaded from YAML and validated.
+
+A config file has up to four sections, each a dataclass below::
+
+    model:     the network (paper sections 3, 6, 8)
+    training:  the optimisation recipe (section 8.3) and the delta schedule (section 6)
+    decoding:  beam search (section 7)
+    data:      wordpieces and batching (sections 4.1, 8.3)
+
+Every field has a default and a docstring (``field_doc``).  Loading is strict:
+an unknown key, a value of the wrong type or a value outside its allowed range
+raises :class:`ConfigError` with the dotted name of the field, what was given
+and what is allowed.  ``--set section.field=value`` overrides go through the
+same validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Literal, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def _doc(text: str, **kwargs) -> Any:
+    """A dataclass field with a docstring kept in its metadata."""
+    return field(metadata={"doc": text}, **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------
+@dataclass
+class ModelConfig:
+    """The GNMT network (paper sections 3 and 6)."""
+
+    vocab_size: int = _doc(
+        "Size of the shared wordpiece vocabulary, special tokens included (section 4.1: "
+        "8k-32k). When a vocabulary is learned this is the target size; the saved model "
+        "records the size actually learned.",
+        default=8000,
+    )
+    units: int = _doc("LSTM units per layer and width of the residual stream (paper: 1024).", default=1024)
+    embedding_dim: Optional[int] = _doc(
+        "Width of the source and target embeddings; null means equal to `units`.", default=None
+    )
+    encoder_layers: int = _doc(
+        "Encoder depth counting the bi-directional bottom layer as one (paper: 8).", default=8
+    )
+    decoder_layers: int = _doc("Decoder depth (paper: 8).", default=8)
+    residual_start: int = _doc(
+        "First layer (1-based) whose output is added to its input, x^i = m^i + x^(i-1) "
+        "(eq. 6; paper: 3, i.e. 'from the third layer up').",
+        default=3,
+    )
+    bidirectional_units: Optional[int] = _doc(
+        "Units of each direction of the bottom encoder layer; null means units/2 so the "
+        "concatenation has `units` features (a CHOICE the paper leaves open).",
+        default=None,
+    )
+    attention_units: int = _doc(
+        "Hidden layer width of the additive attention network (eq. 4; paper: 1024).", default=1024
+    )
+    input_feeding: bool = _doc(
+        "If true the bottom decoder layer also receives the previous step's attention "
+        "context (tensorflow/nmt's 'gnmt' variant). The paper (fig. 1 caption) sends the "
+        "context 'to all the remaining decoder layers', so the default is false, which also "
+        "lets the bottom layer and the attention run over whole sequences in training and is "
+        "what the hybrid data/model-parallel scheme requires.",
+        default=False,
+    )
+    cell: Literal["paper", "standard"] = _doc(
+        "LSTM cell form. 'paper': eq. 11 exactly, no biases and m = c*o. 'standard': biases, "
+        "m = o*tanh(c), and `forget_bias` added to the forget gate.",
+        default="paper",
+    )
+    forget_bias: float = _doc(
+        "Constant added to the forget-gate pre-activation of the 'standard' cell "
+        "(tensorflow/nmt's convention); the 'paper' cell has no bias and must leave this at 0.",
+        default=0.0,
+    )
+    dropout: float = _doc(
+        "Dropout on the non-recurrent connections (each layer's input and the softmax input), "
+        "as in Zaremba et al. (section 8.3: 0.2 En->Fr, 0.3 En->De).",
+        default=0.2,
+    )
+    logit_clip: float = _doc("gamma: softmax logits are clipped to [-gamma, gamma] (eq. 13; paper: 25).", default=25.0)
+    init_scale: float = _doc(
+        "All trainable parameters start uniform in [-init_scale, init_scale] (section 8.3: 0.04).",
+        default=0.04,
+    )
+    clip_delta: float = _doc(
+        "delta at inference (section 6: 1.0): LSTM cell states and residual sums are clipped "
+        "to [-delta, delta] (eq. 10). Held in a non-trainable variable; training anneals it "
+        "from training.delta_start down to this value.",
+        default=1.0,
+    )
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "vocab_size", "units", "encoder_layers", "decoder_layers", "attention_units")
+        if self.vocab_size < 5:
+            raise ConfigError(f"{where}.vocab_size: must be at least 5 (4 special tokens + 1), got {self.vocab_size}")
+        if self.embedding_dim is not None and self.embedding_dim <= 0:
+            raise ConfigError(f"{where}.embedding_dim: must be positive or null, got {self.embedding_dim}")
+        if self.bidirectional_units is None:
+            if self.units % 2:
+                raise ConfigError(
+                    f"{where}.units: must be even when bidirectional_units is null (each direction "
+                    f"gets units/2), got {self.units}"
+                )
+        elif self.bidirectional_units <= 0:
+            raise ConfigError(f"{where}.bidirectional_units: must be positive or null, got {self.bidirectional_units}")
+        if self.residual_start < 2:
+            raise ConfigError(
+                f"{where}.residual_start: must be >= 2 (layer 1 has no previous layer to add), "
+                f"got {self.residual_start}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
+        _positive(self, where, "logit_clip", "init_scale", "clip_delta")
+        if self.cell == "paper" and self.forget_bias != 0.0:
+            raise ConfigError(
+                f"{where}.forget_bias: the 'paper' cell has no biases (eq. 11); set cell: standard "
+                f"or forget_bias: 0.0 (got {self.forget_bias})"
+            )
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_dim if self.embedding_dim is not None else self.units
+
+    @property
+    def direction_units(self) -> int:
+        return self.bidirectional_units if self.bidirectional_units is not None else self.units // 2
+
+
+@dataclass
+class TrainingConfig:
+    """The optimisation recipe (section 8.3) and the delta schedule (section 6)."""
+
+    batch_size: int = _doc("Sentence pairs per step (section 8.3: 128).", default=128)
+    batch_tokens: Optional[int] = _doc(
+        "If set, batch by a budget of target tokens instead of by sentence count.", default=None
+    )
+    clip_norm: float = _doc("Gradients are scaled so that their global norm is at most this (5.0).", default=5.0)
+    adam_learning_rate: float = _doc("Adam's learning rate for the first phase (0.0002).", default=0.0002)
+    adam_steps: int = _doc("Steps trained with Adam before switching to plain SGD (60k).", default=60000)
+    sgd_learning_rate: float = _doc("Plain SGD's learning rate after the switch (0.5).", default=0.5)
+    decay_start: int = _doc("Step at which learning-rate halving begins (En->Fr: 1.2M).", default=1200000)
+    decay_interval: int = _doc("Steps between halvings (200k).", default=200000)
+    decay_count: int = _doc("Number of halvings (800k more steps / 200k = 4).", default=4)
+    delta_start: float = _doc("delta at step 0 (section 6: 8.0); it anneals to model.clip_delta.", default=8.0)
+    delta_anneal_steps: int = _doc(
+        "Steps over which delta goes linearly from delta_start to model.clip_delta (the paper "
+        "gives no number; CHOICE: the length of the whole ML run).",
+        default=2000000,
+    )
+    max_steps: int = _doc("Total maximum-likelihood steps (1.2M + 800k).", default=2000000)
+    checkpoint_every: int = _doc("Steps between checkpoints.", default=1000)
+    keep_checkpoints: int = _doc("Most recent checkpoints kept (the best by dev score is kept besides).", default=5)
+    eval_every: int = _doc("Steps between dev evaluations.", default=10000)
+    log_every: int = _doc("Steps between TensorBoard summaries.", default=100)
+    seed: int = _doc("Seed for initialisation, shuffling and dropout.", default=1234)
+
+    def validate(self, where: str) -> None:
+        _positive(
+            self, where, "batch_size", "clip_norm", "adam_learning_rate", "sgd_learning_rate",
+            "decay_interval", "delta_start", "max_steps", "checkpoint_every",
+            "keep_checkpoints", "eval_every", "log_every",
+        )
+        _non_negative(self, where, "adam_steps", "decay_start", "decay_count", "delta_anneal_steps")
+        if self.batch_tokens is not None and self.batch_tokens <= 0:
+            raise ConfigError(f"{where}.batch_tokens: must be positive or null, got {self.batch_tokens}")
+
+
+@dataclass
+class DecodingConfig:
+    """Beam search (section 7, eq. 14)."""
+
+    beam_width: int = _doc("Hypotheses kept per sentence (paper: 8-12; 4 nearly as good).", default=4)
+    alpha: float = _doc("Length normalisation strength in lp(Y) = (5+|Y|)^alpha / 6^alpha (0.2).", default=0.2)
+    beta: float = _doc("Coverage penalty strength in cp(X;Y) (0.2).", default=0.2)
+    beamsize: float = _doc(
+        "Pruning margin in log-probability for both pruning rules of section 7 (3.0).", default=3.0
+    )
+    max_length_ratio: float = _doc("Output length limit as a multiple of the source length (2.0).", default=2.0)
+    n_best: int = _doc("Translations returned per sentence.", default=1)
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "beam_width", "beamsize", "max_length_ratio", "n_best")
+        _non_negative(self, where, "alpha", "beta")
+        if self.n_best > self.beam_width:
+            raise ConfigError(f"{where}.n_best: must not exceed beam_width ({self.beam_width}), got {self.n_best}")
+
+
+@dataclass
+class DataConfig:
+    """Wordpieces (section 4.1) and the input pipeline."""
+
+    max_characters: int = _doc(
+        "Basic characters kept in the wordpiece alphabet; rarer ones map to the unknown "
+        "character (section 4.1: ~500 for Western languages).",
+        default=500,
+    )
+    max_length: int = _doc("Pairs with more wordpieces than this on either side are skipped in training.", default=50)
+    bucket_width: int = _doc("Width, in wordpieces, of the length buckets used for batching.", default=5)
+    shuffle_buffer: int = _doc("Examples held in the shuffle buffer.", default=100000)
+    dev_fraction: float = _doc("Share of the built-in data held out as the dev split.", default=0.02)
+    dev_max_pairs: int = _doc("At most this many pairs in the dev split.", default=1000)
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "max_characters", "max_length", "bucket_width", "shuffle_buffer", "dev_max_pairs")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ConfigError(f"{where}.dev_fraction: must be in (0, 1), got {self.dev_fraction}")
+
+
+@dataclass
+class GNMTConfig:
+    """A whole run: model, training recipe, decoding and data settings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def validate(self) -> "GNMTConfig":
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate(f.name)
+        if self.training.delta_start < self.model.clip_delta:
+            raise ConfigError(
+                f"training.delta_start: must be >= model.clip_delta ({self.model.clip_delta}), "
+                f"since delta anneals down to it; got {self.training.delta_start}"
+            )
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def save(self, path: str) -> None:
+        """Write the config as YAML (atomically: a crash never leaves half a file)."""
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(self.to_yaml())
+        os.replace(tmp, path)
+
+    def replace(self, **overrides: Any) -> "GNMTConfig":
+        """A copy with dotted-key overrides applied, e.g. ``replace(**{"model.units": 64})``."""
+        return from_dict(self.to_dict(), overrides=overrides)
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+def builtin_config_names() -> List[str]:
+    """Names of the configs shipped in ``configs/`` (e.g. "small", "gnmt_wmt14_enfr")."""
+    return sorted(name[: -len(".yaml")] for name in os.listdir(_builtin_config_dir()) if name.endswith(".yaml"))
+
+
+def resolve_config_path(name_or_path: str) -> str:
+    """A YAML path, or the name of a shipped config ("tiny", "small", "gnmt_wmt14_enfr", ...)."""
+    if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        return name_or_path
+    path = os.path.join(_builtin_config_dir(), f"{name_or_path}.yaml")
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"no config file or shipped config named {name_or_path!r} "
+            f"(shipped: {', '.join(builtin_config_names())})"
+        )
+    return path
+
+
+def _builtin_config_dir() -> str:
+    # An installed copy carries the configs as the package data gnmt_tf/configs (see
+    # setup.py); in a source checkout they sit beside the package.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "configs"), os.path.join(os.path.dirname(here), "configs")):
+        if os.path.isdir(candidate):
+            return candidate
+    raise ConfigError("the shipped configs are missing from this installation of gnmt_tf")
+
+
+def load_config(path: str, overrides: Optional[Dict[str, Any]] = None) -> GNMTConfig:
+    """Load and validate a YAML config (a path or a shipped config's name).
+
+    ``overrides`` maps dotted keys to values, e.g. ``{"model.units": 512}``.
+    """
+    path = resolve_config_path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if raw is None:
+        raw = {}
+    try:
+        return from_dict(raw, overrides=overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def from_dict(raw: Any, overrides: Optional[Dict[str, Any]] = None) -> GNMTConfig:
+    """Build a validated :class:`GNMTConfig` from nested dicts (as read from YAML)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a mapping of sections, got {type(raw).__name__}")
+    raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
+    for dotted, value in (overrides or {}).items():
+        section, _, name = dotted.partition(".")
+        if not name:
+            raise ConfigError(f"override {dotted!r}: expected section.field=value, e.g. model.units=512")
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise ConfigError(f"{section}: must be a mapping, got {type(raw[section]).__name__}")
+        raw[section][name] = value
+    config = _build(GNMTConfig, raw, where="")
+    return config.validate()
+
+
+def parse_overrides(pairs: List[str]) -> Dict[str, Any]:
+    """Parse ``["model.units=512", ...]`` (values as YAML scalars) for :func:`load_config`."""
+    overrides: Dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. model.units=512")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {pair!r}: value is not a YAML scalar: {err}") from None
+    return overrides
+
+
+def field_doc(section: str, name: str) -> str:
+    """The docstring of ``section.name``."""
+    cls = _SECTIONS[section]
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}[name]
+
+
+_SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(GNMTConfig)}  # type: ignore[misc]
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where or 'config'}: must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in raw:
+        if key not in names:
+            guess = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {guess[0]!r}?" if guess else ""
+            label = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"unknown key {label!r}{hint} (allowed: {', '.join(names)})")
+    values = {}
+    for name in names:
+        if name not in raw:
+            continue
+        label = f"{where}.{name}" if where else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, raw[name] if raw[name] is not None else {}, label)
+        else:
+            values[name] = _coerce(raw[name], hint, label)
+    return cls(**values)
+
+
+def _coerce(value: Any, hint: Any, label: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], label)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{label}: {value!r} is not one of {', '.join(repr(a) for a in args)}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{label}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{label}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{label}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{label}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint} for {label}")  # a bug in this module
+
+
+def _positive(obj: Any, where: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value <= 0:
+            raise ConfigError(f"{where}.{name}: must be positive, got {value}")
+
+
+def _non_negative(obj: Any, where: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value < 0:
+            raise ConfigError(f"{where}.{name}: must be >= 0, got {value}")
+
+
+def model_config_from_dict(raw: Dict[str, Any]) -> ModelConfig:
+    """A validated :class:`ModelConfig` from its dict form (as stored in a saved model)."""
+    return from_dict({"model": raw}).model

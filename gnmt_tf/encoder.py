@@ -1,0 +1,73 @@
+"""The GNMT encoder (sections 3.1-3.2).
+
+Layer 1 is bi-directional: a forward and a backward LSTM read the embedded
+source and their outputs are concatenated (fig. 3). Layers 2..N are
+uni-directional, with residual sums from ``residual_start`` up (eq. 6) and
+the delta clipping of eq. 10.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf.cell import GNMTLSTMCell
+from gnmt_tf.config import ModelConfig
+from gnmt_tf.stack import ResidualLSTMStack, build_sublayer, run_over_time
+
+
+class GNMTEncoder(keras.layers.Layer):
+    """Embedded source [batch, src, embedding] -> top encoder outputs [batch, src, width].
+
+    ``width`` is ``units`` when there is more than one layer, otherwise the
+    concatenated width of the two directions.
+    """
+
+    def __init__(self, config: ModelConfig, clip_delta: Optional[tf.Variable] = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        cell_args = dict(
+            form=config.cell,
+            forget_bias=config.forget_bias,
+            init_scale=config.init_scale,
+            clip_delta=clip_delta,
+            initial_delta=config.clip_delta,
+        )
+        self.forward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_forward", **cell_args)
+        self.backward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_backward", **cell_args)
+        self.input_dropout = keras.layers.Dropout(config.dropout)
+        self.upper = ResidualLSTMStack(
+            num_layers=config.encoder_layers - 1,
+            units=config.units,
+            first_layer=2,
+            residual_start=config.residual_start,
+            dropout=config.dropout,
+            name="upper_layers",
+            **cell_args,
+        )
+
+    @property
+    def output_width(self) -> int:
+        if self.config.encoder_layers > 1:
+            return self.config.units
+        return 2 * self.config.direction_units
+
+    def build(self, input_shape):
+        build_sublayer(self.forward_cell, (None, input_shape[-1]))
+        build_sublayer(self.backward_cell, (None, input_shape[-1]))
+        build_sublayer(self.upper, (None, None, 2 * self.config.direction_units))
+        super().build(input_shape)
+
+    def call(self, embedded: tf.Tensor, mask: tf.Tensor, training=None) -> tf.Tensor:
+        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        x = self.input_dropout(embedded, training=training)
+        forward, _ = run_over_time(self.forward_cell, x, mask)
+        # Reverse only the real tokens of each sentence so that right-padding
+        # stays at the end and cannot reach the backward LSTM's real outputs.
+        reversed_x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
+        backward, _ = run_over_time(self.backward_cell, reversed_x, mask)
+        backward = tf.reverse_sequence(backward, lengths, seq_axis=1, batch_axis=0)
+        bottom = tf.concat([forward, backward], axis=-1)  # fig. 3
+        return self.upper(bottom, mask=mask, training=training)

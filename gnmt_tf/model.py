@@ -1,0 +1,148 @@
+"""The GNMT Keras model: embeddings, encoder, attention, decoder, clipped softmax.
+
+Teacher forcing::
+
+    logits = model((source_ids, target_input_ids))   # [batch, tgt, vocab]
+
+Decoding, one token at a time (what beam search and sampling call)::
+
+    memory = model.encode(source_ids)
+    state = model.initial_state(memory)
+    logits, attention_probs, state = model.step(state, token_ids)
+
+Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
+is masked in every layer, so it never changes a real position's output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple, Union
+
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf.attention import AttentionMemory
+from gnmt_tf.cell import uniform_initializer
+from gnmt_tf.config import ModelConfig, model_config_from_dict
+from gnmt_tf.decoder import DecoderState, GNMTDecoder
+from gnmt_tf.encoder import GNMTEncoder
+from gnmt_tf.stack import build_sublayer
+from gnmt_tf.vocab import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="gnmt_tf")
+class GNMT(keras.Model):
+    """Google's Neural Machine Translation model (Wu et al. 2016, section 3).
+
+    Args:
+        config: a :class:`~gnmt_tf.config.ModelConfig` (or its dict form).
+
+    Attributes:
+        clip_delta: the non-trainable scalar variable delta of eq. 10, shared by
+            every LSTM cell and residual sum. Training anneals it; use
+            :meth:`set_clip_delta` to change it.
+    """
+
+    def __init__(self, config: Union[ModelConfig, Dict[str, Any]], **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = model_config_from_dict(config)
+        self.model_config = config
+        self.clip_delta = self.add_weight(
+            "clip_delta",
+            shape=(),
+            initializer=keras.initializers.Constant(config.clip_delta),
+            trainable=False,
+        )
+        self.source_embedding = keras.layers.Embedding(
+            config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
+        )
+        self.target_embedding = keras.layers.Embedding(
+            config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="target_embedding"
+        )
+        self.encoder = GNMTEncoder(config, clip_delta=self.clip_delta, name="encoder")
+        self.decoder = GNMTDecoder(
+            config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta, name="decoder"
+        )
+
+    # ------------------------------------------------------------------ building
+    def build(self, input_shape=None):
+        """Create every weight; no example input is needed."""
+        if self.built:
+            return
+        for embedding in (self.source_embedding, self.target_embedding):
+            build_sublayer(embedding, (None, None))
+        width = self.model_config.embedding_width
+        build_sublayer(self.encoder, (None, None, width))
+        build_sublayer(self.decoder, (None, None, width))
+        self.built = True
+
+    def get_build_config(self):
+        return {"built": bool(self.built)}
+
+    def build_from_config(self, config):
+        if config.get("built"):
+            self.build()
+
+    # ------------------------------------------------------------------ teacher forcing
+    def call(self, inputs, training=None) -> tf.Tensor:
+        """``(source_ids, target_input_ids)`` -> logits [batch, tgt, vocab], clipped to [-gamma, gamma]."""
+        logits, _ = self.forward(*_unpack(inputs), training=training)
+        return logits
+
+    def forward(self, source_ids, target_input_ids, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S])."""
+        memory = self.encode(source_ids, training=training)
+        target_input_ids = tf.convert_to_tensor(target_input_ids)
+        return self.decoder(
+            self.target_embedding(target_input_ids),
+            mask=tf.not_equal(target_input_ids, PAD_ID),
+            memory=memory,
+            training=training,
+        )
+
+    # ------------------------------------------------------------------ one step at a time
+    def encode(self, source_ids, training=None) -> AttentionMemory:
+        """Encode source ids [batch, src]; attention keys are projected here, once per sentence."""
+        source_ids = tf.convert_to_tensor(source_ids)
+        mask = tf.not_equal(source_ids, PAD_ID)
+        outputs = self.encoder(self.source_embedding(source_ids), mask=mask, training=training)
+        return self.decoder.attention.memory(outputs, mask)
+
+    def initial_state(self, memory: AttentionMemory) -> DecoderState:
+        """The decoder state before the first target token (zeros, plus the memory)."""
+        return self.decoder.initial_state(memory)
+
+    def step(self, state: DecoderState, token_ids) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+        """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state)."""
+        embedded = self.target_embedding(tf.convert_to_tensor(token_ids))
+        return self.decoder.step(state, embedded)
+
+    # ------------------------------------------------------------------ delta (eq. 10)
+    def set_clip_delta(self, value: float) -> None:
+        """Set delta for every cell state and residual sum (8.0 -> 1.0 in training, 1.0 at inference)."""
+        self.clip_delta.assign(value)
+
+    # ------------------------------------------------------------------ serialisation
+    def get_config(self):
+        return {"config": self.model_config.__dict__.copy(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        return cls(config["config"], name=config.get("name"))
+
+
+def _unpack(inputs) -> Tuple[tf.Tensor, tf.Tensor]:
+    if isinstance(inputs, dict):
+        try:
+            return inputs["source_ids"], inputs["target_input_ids"]
+        except KeyError:
+            raise ValueError(
+                f"GNMT expects inputs with keys 'source_ids' and 'target_input_ids', got {sorted(inputs)}"
+            ) from None
+    if isinstance(inputs, (tuple, list)) and len(inputs) == 2:
+        return inputs[0], inputs[1]
+    raise ValueError(
+        "GNMT expects (source_ids, target_input_ids) or a dict with those keys, "
+        f"got {type(inputs).__name__}"
+    )

@@ -1,0 +1,55 @@
+"""gnmt_tf: Google's Neural Machine Translation system (Wu et al. 2016) on TensorFlow/Keras."""
+
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_version() -> str:
+    with open(os.path.join(HERE, "gnmt_tf", "__init__.py"), encoding="utf-8") as handle:
+        return re.search(r'^__version__ = "([^"]+)"', handle.read(), re.M).group(1)
+
+
+# One consistent TensorFlow family: tensorflow-text, tf-keras and tensorflow-serving-api
+# must match TensorFlow's minor version, or their ops and protos do not load.
+INSTALL_REQUIRES = [
+    "tensorflow==2.21.*",
+    "tensorflow-text==2.21.*",
+    "tf-keras==2.21.*",
+    "tensorflow-model-optimization==0.8.*",
+    "tensorflow-serving-api==2.21.*",
+    "sacrebleu>=2,<3",
+    "PyYAML>=6",
+]
+
+EXTRAS_REQUIRE = {
+    "dev": [
+        "pytest>=8",
+        "hypothesis>=6",
+    ],
+}
+
+setup(
+    name="gnmt_tf",
+    version=read_version(),
+    description="Google's Neural Machine Translation system (GNMT) on TensorFlow: train, serve, run on device",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    # configs/ is installed as gnmt_tf/configs so that named configs ("small", "tiny",
+    # "gnmt_wmt14_enfr") resolve after a plain `pip install .` too.
+    packages=find_packages(include=["gnmt_tf", "gnmt_tf.*", "export", "export.*", "serving", "serving.*"])
+    + ["gnmt_tf.configs"],
+    package_dir={"gnmt_tf.configs": "configs"},
+    package_data={"gnmt_tf.configs": ["*.yaml"]},
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,31 @@
+"""Small shared helpers for the tests."""
+
+import numpy as np
+
+from gnmt_tf.config import load_config
+from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+def tiny_model_config(**overrides):
+    """The shipped tiny config's model section, with field overrides."""
+    return load_config("tiny", overrides={f"model.{k}": v for k, v in overrides.items()}).model
+
+
+def random_ids(rng, batch, length, vocab_size):
+    """Non-special token ids (>= 4) of shape [batch, length]."""
+    return rng.integers(4, vocab_size, size=(batch, length)).astype(np.int32)
+
+
+def copy_task(rng, n, vocab_size, min_len=2, max_len=6):
+    """Source = random tokens + EOS; target is the same sequence. Right-padded int32 arrays."""
+    lengths = rng.integers(min_len, max_len + 1, size=n)
+    width = max_len + 1
+    source = np.full((n, width), PAD_ID, np.int32)
+    target_in = np.full((n, width), PAD_ID, np.int32)
+    target_out = np.full((n, width), PAD_ID, np.int32)
+    for row, length in enumerate(lengths):
+        tokens = rng.integers(4, vocab_size, size=length)
+        source[row, : length + 1] = np.append(tokens, EOS_ID)
+        target_in[row, : length + 1] = np.insert(tokens, 0, BOS_ID)
+        target_out[row, : length + 1] = np.append(tokens, EOS_ID)
+    return source, target_in, target_out

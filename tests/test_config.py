@@ -1,0 +1,120 @@
+import glob
+import os
+
+import pytest
+import yaml
+
+from gnmt_tf.config import (
+    ConfigError,
+    GNMTConfig,
+    builtin_config_names,
+    field_doc,
+    from_dict,
+    load_config,
+    parse_overrides,
+)
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(CONFIG_DIR, "*.yaml"))))
+def test_every_shipped_config_loads_and_validates(path):
+    config = load_config(path)
+    assert isinstance(config, GNMTConfig)
+    # Every key in the file is a real field (loading would have failed otherwise) and
+    # every value in the file is what the loaded config holds.
+    with open(path) as handle:
+        raw = yaml.safe_load(handle)
+    for section, values in raw.items():
+        for key, value in values.items():
+            assert getattr(getattr(config, section), key) == value, f"{section}.{key}"
+
+
+def test_shipped_names_resolve():
+    names = builtin_config_names()
+    assert {"tiny", "small", "gnmt_wmt14_enfr", "gnmt_wmt14_ende"} <= set(names)
+    assert load_config("tiny").model.units == 32
+
+
+def test_paper_configs_hold_the_papers_numbers():
+    for name, dropout in (("gnmt_wmt14_enfr", 0.2), ("gnmt_wmt14_ende", 0.3)):
+        c = load_config(name)
+        m, t, d = c.model, c.training, c.decoding
+        assert (m.encoder_layers, m.decoder_layers, m.units, m.attention_units) == (8, 8, 1024, 1024)
+        assert m.vocab_size == 32000 and m.residual_start == 3 and m.cell == "paper"
+        assert m.dropout == dropout and m.logit_clip == 25.0 and m.init_scale == 0.04
+        assert (t.delta_start, m.clip_delta) == (8.0, 1.0)
+        assert (t.adam_learning_rate, t.adam_steps, t.sgd_learning_rate) == (0.0002, 60000, 0.5)
+        assert (t.decay_start, t.decay_interval, t.decay_count) == (1200000, 200000, 4)
+        assert t.batch_size == 128 and t.clip_norm == 5.0
+        assert (d.alpha, d.beta, d.beamsize) == (0.2, 0.2, 3.0) and 4 <= d.beam_width <= 12
+
+
+def test_typo_in_a_key_is_named(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("model:\n  unitz: 64\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    message = str(err.value)
+    assert "model.unitz" in message and "did you mean 'units'" in message and str(path) in message
+
+
+def test_unknown_section_is_an_error():
+    with pytest.raises(ConfigError, match="unknown key 'modle'.*did you mean 'model'"):
+        from_dict({"modle": {}})
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        ({"model": {"units": "big"}}, "model.units: expected an integer, got 'big'"),
+        ({"model": {"units": True}}, "model.units: expected an integer"),
+        ({"model": {"dropout": 1.5}}, "model.dropout: must be in [0, 1), got 1.5"),
+        ({"model": {"cell": "gru"}}, "model.cell: 'gru' is not one of 'paper', 'standard'"),
+        ({"model": {"units": 33}}, "model.units: must be even"),
+        ({"model": {"input_feeding": "yes"}}, "model.input_feeding: expected true or false"),
+        ({"model": {"forget_bias": 1.0}}, "model.forget_bias: the 'paper' cell has no biases"),
+        ({"training": {"adam_steps": -1}}, "training.adam_steps: must be >= 0"),
+        ({"training": {"delta_start": 0.5}}, "training.delta_start: must be >= model.clip_delta"),
+        ({"decoding": {"n_best": 9, "beam_width": 4}}, "decoding.n_best: must not exceed beam_width"),
+        ({"model": 3}, "model: must be a mapping"),
+    ],
+)
+def test_bad_values_get_messages_naming_the_field(raw, fragment):
+    with pytest.raises(ConfigError) as err:
+        from_dict(raw)
+    assert fragment in str(err.value)
+
+
+def test_overrides_are_parsed_and_validated():
+    overrides = parse_overrides(["model.units=64", "model.cell=standard", "model.forget_bias=1.0"])
+    config = load_config("tiny", overrides=overrides)
+    assert (config.model.units, config.model.cell, config.model.forget_bias) == (64, "standard", 1.0)
+    with pytest.raises(ConfigError, match="model.unitz"):
+        load_config("tiny", overrides=parse_overrides(["model.unitz=3"]))
+    with pytest.raises(ConfigError, match="expected section.field=value"):
+        parse_overrides(["units"])
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="no config file or shipped config named 'nope'"):
+        load_config("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(str(bad))
+
+
+def test_save_and_reload_round_trip(tmp_path):
+    config = load_config("small")
+    path = tmp_path / "config.yaml"
+    config.save(str(path))
+    assert load_config(str(path)) == config
+
+
+def test_every_field_is_documented():
+    import dataclasses
+
+    for section in dataclasses.fields(GNMTConfig):
+        for f in dataclasses.fields(section.default_factory()):
+            assert field_doc(section.name, f.name), f"{section.name}.{f.name} has no doc"
