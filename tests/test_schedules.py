@@ -1,0 +1,90 @@
+"""The training recipe's schedules (section 8.3, section 6) and the Adam->SGD optimizer."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gnmt_tf.config import load_config
+from gnmt_tf.optimizer import AdamThenSGD
+from gnmt_tf.schedules import DeltaSchedule, GNMTLearningRate
+
+
+def test_paper_learning_rate_schedule_at_the_configured_steps():
+    schedule = GNMTLearningRate.from_config_section(load_config("gnmt_wmt14_enfr"))
+    expected = {
+        0: 0.0002,
+        59_999: 0.0002,  # Adam for the first 60k steps ...
+        60_000: 0.5,  # ... then SGD at 0.5
+        1_199_999: 0.5,
+        1_200_000: 0.25,  # anneal after 1.2M steps: halve ...
+        1_399_999: 0.25,
+        1_400_000: 0.125,  # ... every 200k steps ...
+        1_600_000: 0.0625,
+        1_800_000: 0.03125,
+        1_999_999: 0.03125,  # ... for 800k more steps: four halvings in all
+        5_000_000: 0.03125,
+    }
+    for step, rate in expected.items():
+        assert float(schedule(step)) == pytest.approx(rate, rel=1e-6), step
+
+
+def test_delta_anneals_linearly_from_8_to_1_and_stays():
+    config = load_config("gnmt_wmt14_enfr")
+    delta = DeltaSchedule.from_config_section(config)
+    steps = config.training.delta_anneal_steps
+    assert delta(0) == 8.0
+    assert delta(steps // 2) == pytest.approx(4.5)
+    assert delta(steps) == 1.0
+    assert delta(steps * 3) == 1.0
+    values = [delta(s) for s in range(0, steps + 1, steps // 10)]
+    assert all(a > b for a, b in zip(values, values[1:]))  # strictly decreasing until the end
+    # The graph version (used inside the training step) agrees.
+    for s in (0, 123_456, steps, steps + 1):
+        assert float(delta(tf.constant(s, tf.int64))) == pytest.approx(delta(s), rel=1e-6)
+
+
+def test_optimizer_switches_from_adam_to_sgd_at_the_configured_step():
+    schedule = GNMTLearningRate(0.1, 3, 0.5, 5, 2, 1)
+    optimizer = AdamThenSGD(schedule, adam_steps=3, global_clipnorm=100.0)
+    variable = tf.Variable([1.0, -2.0])
+    gradient = tf.constant([0.5, 0.25])
+    updates = []
+    for _ in range(7):
+        before = variable.numpy().copy()
+        optimizer.apply_gradients([(gradient, variable)])
+        updates.append(before - variable.numpy())
+    # Adam's first steps move every coordinate by ~lr whatever the gradient's size.
+    for step in range(3):
+        np.testing.assert_allclose(updates[step], [0.1, 0.1], rtol=1e-3)
+    # SGD: w -= lr * g, with the rate halved from step 5 on.
+    np.testing.assert_allclose(updates[3], 0.5 * gradient.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(updates[4], 0.5 * gradient.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(updates[5], 0.25 * gradient.numpy(), rtol=1e-6)
+    assert int(optimizer.iterations) == 7
+
+
+def test_gradients_are_clipped_to_global_norm_five():
+    optimizer = AdamThenSGD(GNMTLearningRate(0.1, 0, 1.0, 100, 1, 0), adam_steps=0, global_clipnorm=5.0)
+    a, b = tf.Variable([0.0, 0.0]), tf.Variable([0.0])
+    optimizer.apply_gradients([(tf.constant([30.0, 40.0]), a), (tf.constant([0.0]), b)])  # norm 50
+    np.testing.assert_allclose(-a.numpy(), [3.0, 4.0], rtol=1e-6)  # scaled to norm 5, SGD with lr 1
+
+
+def test_optimizer_state_survives_a_checkpoint(tmp_path):
+    schedule = GNMTLearningRate(0.1, 3, 0.5, 100, 1, 0)
+    variable = tf.Variable([1.0, 2.0])
+    optimizer = AdamThenSGD(schedule, adam_steps=3)
+    optimizer.apply_gradients([(tf.constant([0.3, -0.1]), variable)])
+    path = tf.train.Checkpoint(v=variable, optimizer=optimizer).save(str(tmp_path / "c"))
+    reference = variable.numpy().copy()
+    optimizer.apply_gradients([(tf.constant([0.3, -0.1]), variable)])
+    expected_next = variable.numpy().copy()
+
+    fresh_variable = tf.Variable([0.0, 0.0])
+    fresh = AdamThenSGD(schedule, adam_steps=3)
+    fresh.build([fresh_variable])
+    tf.train.Checkpoint(v=fresh_variable, optimizer=fresh).restore(path).assert_consumed()
+    np.testing.assert_array_equal(fresh_variable.numpy(), reference)
+    assert int(fresh.iterations) == 1
+    fresh.apply_gradients([(tf.constant([0.3, -0.1]), fresh_variable)])
+    np.testing.assert_allclose(fresh_variable.numpy(), expected_next, rtol=1e-7)  # same Adam moments
