@@ -163,6 +163,11 @@ class TrainingConfig:
         default=2000000,
     )
     max_steps: int = _doc("Total maximum-likelihood steps (1.2M + 800k).", default=2000000)
+    max_minutes: Optional[float] = _doc(
+        "Stop training after this many minutes of wall-clock time (null: no limit). The run "
+        "then ends normally: checkpoint, dev BLEU, samples.",
+        default=None,
+    )
     checkpoint_every: int = _doc("Steps between checkpoints.", default=1000)
     keep_checkpoints: int = _doc("Most recent checkpoints kept (the best by dev score is kept besides).", default=5)
     eval_every: int = _doc("Steps between dev evaluations.", default=10000)
@@ -176,6 +181,8 @@ class TrainingConfig:
             "keep_checkpoints", "eval_every", "log_every",
         )
         _non_negative(self, where, "adam_steps", "decay_start", "decay_count", "delta_anneal_steps")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"{where}.max_minutes: must be positive or null, got {self.max_minutes}")
         if self.batch_tokens is not None and self.batch_tokens <= 0:
             raise ConfigError(f"{where}.batch_tokens: must be positive or null, got {self.batch_tokens}")
 

@@ -14,10 +14,13 @@ class SequenceCrossEntropy(keras.losses.Loss):
 
     Its exponential is the per-token perplexity. ``y_true`` holds target
     output ids [batch, tgt]; ``y_pred`` the logits [batch, tgt, vocab].
+    ``call`` already returns the mean, so the SUM_OVER_BATCH_SIZE reduction
+    leaves it as it is, and lets Keras divide it by the replica count under a
+    distribution strategy.
     """
 
     def __init__(self, name: str = "sequence_cross_entropy", **kwargs):
-        super().__init__(name=name, reduction=keras.losses.Reduction.NONE, **kwargs)
+        super().__init__(name=name, reduction=keras.losses.Reduction.SUM_OVER_BATCH_SIZE, **kwargs)
 
     def call(self, y_true, y_pred):
         y_true = tf.cast(y_true, tf.int32)

@@ -53,7 +53,12 @@ class GNMT(keras.Model):
             shape=(),
             initializer=keras.initializers.Constant(config.clip_delta),
             trainable=False,
+            # Training assigns it inside the step; one value for every replica.
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
+        # A function of the optimizer's step giving delta (section 6); when set,
+        # every training step assigns delta from it before the forward pass.
+        self.delta_schedule = None
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
         )
@@ -100,6 +105,46 @@ class GNMT(keras.Model):
             memory=memory,
             training=training,
         )
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, data):
+        """Keras' training step, plus delta annealing and the logs training wants.
+
+        Logs besides the compiled loss and metrics: ``perplexity`` (exp of the
+        per-token loss), ``gradient_norm`` (global norm before clipping),
+        ``learning_rate``, ``delta``, and ``source_tokens`` / ``target_tokens`` (real
+        tokens in the batch, for throughput).
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if self.delta_schedule is not None:
+            self.clip_delta.assign(self.delta_schedule(self.optimizer.iterations))
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sample_weight)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        learning_rate = self.optimizer.learning_rate  # the rate this update uses
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        logs = self.compute_metrics(x, y, y_pred, sample_weight)
+        logs.update(self._step_logs(x, y, logs))
+        logs["gradient_norm"] = tf.linalg.global_norm(gradients)
+        logs["learning_rate"] = tf.convert_to_tensor(learning_rate)
+        logs["delta"] = tf.convert_to_tensor(self.clip_delta)
+        return logs
+
+    def test_step(self, data):
+        logs = super().test_step(data)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        logs.update(self._step_logs(x, y, logs))
+        return logs
+
+    @staticmethod
+    def _step_logs(x, y, logs):
+        source_ids, _ = _unpack(x)
+        return {
+            "perplexity": tf.exp(tf.minimum(tf.cast(logs["loss"], tf.float32), 50.0)),
+            "source_tokens": tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.float32)),
+            "target_tokens": tf.reduce_sum(tf.cast(tf.not_equal(y, PAD_ID), tf.float32)),
+        }
 
     # ------------------------------------------------------------------ one step at a time
     def encode(self, source_ids, training=None) -> AttentionMemory:

@@ -29,3 +29,21 @@ def copy_task(rng, n, vocab_size, min_len=2, max_len=6):
         target_in[row, : length + 1] = np.insert(tokens, 0, BOS_ID)
         target_out[row, : length + 1] = np.append(tokens, EOS_ID)
     return source, target_in, target_out
+
+
+ENGLISH_NUMBERS = "zero one two three four five six seven eight nine".split()
+FRENCH_NUMBERS = "zéro un deux trois quatre cinq six sept huit neuf".split()
+
+
+def number_word_pairs(n, seed=0, min_len=2, max_len=5):
+    """A small synthetic translation task: English digit words -> French digit words.
+
+    "three one four" -> "trois un quatre". Word-for-word, so a tiny model can learn it
+    in a minute, but it still needs attention to find which source word to translate.
+    """
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(n):
+        digits = rng.integers(0, 10, size=rng.integers(min_len, max_len + 1))
+        pairs.append((" ".join(ENGLISH_NUMBERS[d] for d in digits), " ".join(FRENCH_NUMBERS[d] for d in digits)))
+    return pairs

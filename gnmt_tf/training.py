@@ -1,0 +1,382 @@
+"""Maximum-likelihood training with the paper's recipe (section 8.3), on Keras ``fit``.
+
+The training step is ``GNMT.train_step``; this module adds what a long run
+needs, as Keras callbacks:
+
+* :class:`RunControl`: stop cleanly at ``max_steps``, after ``max_minutes``, on
+  SIGINT/SIGTERM (the run then finishes normally: checkpoint, dev BLEU,
+  samples) and on a NaN/Inf loss (the run stops with a message naming the
+  step and the last good checkpoint, and saves nothing).
+* :class:`PeriodicCheckpoint`: ``tf.train.CheckpointManager`` every
+  ``checkpoint_every`` steps, keeping the last ``keep_checkpoints``.
+  TensorFlow writes a checkpoint's files first and then atomically replaces
+  the ``checkpoint`` index, so a crash mid-save leaves the last good one in place.
+* :class:`TrainingSummaries`: TensorBoard scalars every ``log_every`` steps.
+* :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps,
+  keeping the best checkpoint by dev BLEU in ``best/``.
+
+Everything that defines the run's state (weights, optimizer moments and step,
+hence the Adam/SGD phase and delta) is in the checkpoint, so a killed run
+resumes where its last checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf import model_dir as layout
+from gnmt_tf.config import GNMTConfig
+from gnmt_tf.data import count_filtered, make_dataset
+from gnmt_tf.evaluation import BleuResult, corpus_bleu
+from gnmt_tf.losses import SequenceCrossEntropy
+from gnmt_tf.model import GNMT
+from gnmt_tf.optimizer import AdamThenSGD
+from gnmt_tf.schedules import DeltaSchedule
+from gnmt_tf.tokenizer import WordpieceTokenizer
+from gnmt_tf.translator import Translator
+
+Pair = Tuple[str, str]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    """What a run ended with."""
+
+    step: int
+    stop_reason: str
+    dev_bleu: Optional[BleuResult] = None
+    dev_perplexity: Optional[float] = None
+    best_bleu: Optional[float] = None
+    samples: List[Tuple[str, str, str]] = field(default_factory=list)  # (source, reference, translation)
+
+
+def current_step(model: GNMT) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
+class RunControl(keras.callbacks.Callback):
+    """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss."""
+
+    def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str]):
+        super().__init__()
+        self.max_steps = max_steps
+        self.deadline = time.monotonic() + 60.0 * max_minutes if max_minutes else None
+        self.last_checkpoint = last_checkpoint
+        self.stop_reason: Optional[str] = None
+        self.diverged_message: Optional[str] = None
+        self._previous_handlers = {}
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not in the main thread (e.g. inside a notebook worker)
+                pass
+
+    def restore_signal_handlers(self) -> None:
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.stop_reason and self.stop_reason.startswith("signal"):
+            raise KeyboardInterrupt(f"second {name}: stopping without saving")
+        self.stop_reason = f"signal {name}"
+        if self.model is not None:
+            self.model.stop_training = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        step = current_step(self.model)
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            self.stop_reason = "diverged"
+            self.diverged_message = (
+                f"the training loss became {float(loss)} at step {step}; stopping without saving. "
+                f"The last good checkpoint is {self.last_checkpoint() or '(none yet)'}. Try a lower "
+                f"learning rate (training.adam_learning_rate) or check the training data."
+            )
+            self.model.stop_training = True
+        elif step >= self.max_steps:
+            self.stop_reason = self.stop_reason or f"reached max_steps ({self.max_steps})"
+            self.model.stop_training = True
+        elif self.deadline is not None and time.monotonic() >= self.deadline:
+            self.stop_reason = self.stop_reason or "reached the time limit (max_minutes)"
+            self.model.stop_training = True
+
+
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Saves model + optimizer every ``every`` steps through a CheckpointManager."""
+
+    def __init__(self, manager: tf.train.CheckpointManager, every: int, control: RunControl):
+        super().__init__()
+        self.manager = manager
+        self.every = every
+        self.control = control
+
+    def save(self) -> str:
+        step = current_step(self.model)
+        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
+            return self.manager.latest_checkpoint
+        return self.manager.save(checkpoint_number=step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.control.stop_reason == "diverged":
+            return
+        if current_step(self.model) % self.every == 0:
+            self.save()
+
+
+class TrainingSummaries(keras.callbacks.Callback):
+    """TensorBoard: loss, perplexity, learning rate, delta, gradient norm, tokens/s."""
+
+    KEYS = ("loss", "perplexity", "learning_rate", "delta", "gradient_norm")
+
+    def __init__(self, log_dir: str, every: int):
+        super().__init__()
+        self.writer = tf.summary.create_file_writer(log_dir)
+        self.every = every
+        self._tokens = 0.0
+        self._source_tokens = 0.0
+        self._since = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self._tokens += float(logs.get("target_tokens", 0.0))
+        self._source_tokens += float(logs.get("source_tokens", 0.0))
+        step = current_step(self.model)
+        if step % self.every:
+            return
+        elapsed = max(time.monotonic() - self._since, 1e-9)
+        with self.writer.as_default(step=step):
+            for key in self.KEYS:
+                if key in logs:
+                    tf.summary.scalar(key, float(logs[key]))
+            tf.summary.scalar("target_tokens_per_second", self._tokens / elapsed)
+            tf.summary.scalar("source_tokens_per_second", self._source_tokens / elapsed)
+        self.writer.flush()
+        self._tokens = self._source_tokens = 0.0
+        self._since = time.monotonic()
+
+
+class DevEvaluation(keras.callbacks.Callback):
+    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``."""
+
+    def __init__(self, trainer: "Trainer", every: int):
+        super().__init__()
+        self.trainer = trainer
+        self.every = every
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.trainer.control.stop_reason == "diverged":
+            return
+        step = current_step(self.model)
+        if step % self.every == 0:
+            self.trainer.evaluate_dev(step)
+
+
+class Trainer:
+    """Trains a GNMT on sentence pairs into a self-contained model directory.
+
+    Args:
+        config: the run's config (``config.model.vocab_size`` must equal the tokenizer's).
+        model_dir: where checkpoints, logs, config and vocabulary go.
+        train_pairs, dev_pairs: (source, target) sentences.
+        tokenizer: the shared wordpiece tokenizer.
+        log: where progress messages go (``print`` by default).
+        verbose: Keras progress bar mode (1: bar, 2: one line per segment, 0: silent).
+    """
+
+    def __init__(
+        self,
+        config: GNMTConfig,
+        model_dir: str,
+        train_pairs: Sequence[Pair],
+        dev_pairs: Sequence[Pair],
+        tokenizer: WordpieceTokenizer,
+        log: Callable[[str], None] = print,
+        verbose: int = 1,
+        strategy: Optional[tf.distribute.Strategy] = None,
+    ):
+        if config.model.vocab_size != tokenizer.vocab_size:
+            raise ValueError(
+                f"model.vocab_size ({config.model.vocab_size}) must equal the tokenizer's "
+                f"vocabulary size ({tokenizer.vocab_size})"
+            )
+        self.config = config
+        self.model_dir = model_dir
+        self.train_pairs = list(train_pairs)
+        self.dev_pairs = list(dev_pairs)
+        self.tokenizer = tokenizer
+        self.log = log
+        self.verbose = verbose
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.best_bleu: Optional[float] = None
+        self.last_bleu: Optional[BleuResult] = None
+        self.last_perplexity: Optional[float] = None
+
+        with self.strategy.scope():
+            self.model = GNMT(config.model)
+            self.model.build()
+            self.model.delta_schedule = DeltaSchedule.from_config_section(config)
+            optimizer = AdamThenSGD.from_config_section(config)
+            optimizer.build(self.model.trainable_variables)
+            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
+        )
+        self.best_manager = tf.train.CheckpointManager(checkpoint, layout.best_dir(model_dir), max_to_keep=1)
+        self.dev_writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev"))
+        self.translator = Translator(self.model, tokenizer, max_length_ratio=config.decoding.max_length_ratio)
+        self.control: Optional[RunControl] = None
+        self._evaluated_step: Optional[int] = None
+        self._restore()
+
+    # ------------------------------------------------------------------ state
+    def _restore(self) -> None:
+        path = self.manager.latest_checkpoint
+        if path:
+            self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+            self.log(f"resuming from {path} at step {self.step}")
+        best = layout.find_checkpoint(self.model_dir, "best") if self.best_manager.latest_checkpoint else None
+        if best:
+            self.best_bleu = _read_best_bleu(self.model_dir)
+
+    @property
+    def step(self) -> int:
+        return current_step(self.model)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_dev(self, step: int) -> Tuple[float, BleuResult]:
+        """Dev perplexity (teacher forcing) and greedy-decoding BLEU; keeps the best checkpoint."""
+        inference_delta = self.config.model.clip_delta
+        training_delta = float(self.model.clip_delta.numpy())
+        self.model.set_clip_delta(inference_delta)  # section 6: inference runs with delta = 1
+        try:
+            dev_data = make_dataset(
+                self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
+                bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
+            )
+            results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
+            perplexity = float(math.exp(min(results["loss"], 50.0)))
+            sources = [source for source, _ in self.dev_pairs]
+            references = [" ".join(target.split()) for _, target in self.dev_pairs]
+            hypotheses = self.translator.translate(sources)
+            bleu = corpus_bleu(hypotheses, references)
+        finally:
+            self.model.set_clip_delta(training_delta)
+        with self.dev_writer.as_default(step=step):
+            tf.summary.scalar("perplexity", perplexity)
+            tf.summary.scalar("loss", results["loss"])
+            tf.summary.scalar("bleu", bleu.score)
+        self.dev_writer.flush()
+        self.last_bleu, self.last_perplexity = bleu, perplexity
+        self._evaluated_step = step
+        improved = self.best_bleu is None or bleu.score > self.best_bleu
+        if improved:
+            self.best_bleu = bleu.score
+            self.best_manager.save(checkpoint_number=step)
+            _write_best_bleu(self.model_dir, step, bleu)
+        self.log(
+            f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f}"
+            + (" (best so far)" if improved else f" (best {self.best_bleu:.2f})")
+        )
+        return perplexity, bleu
+
+    # ------------------------------------------------------------------ the run
+    def train(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None) -> TrainResult:
+        """Train until ``max_steps`` (default: the config's), the time limit, or a signal."""
+        t = self.config.training
+        max_steps = max_steps if max_steps is not None else t.max_steps
+        max_minutes = max_minutes if max_minutes is not None else t.max_minutes
+        if self.step >= max_steps:
+            self.log(f"already at step {self.step} >= max_steps {max_steps}: nothing to train")
+            return self._finish("already done")
+
+        dropped = count_filtered(self.train_pairs, self.tokenizer.tokenize, self.config.data.max_length)
+        if dropped:
+            self.log(
+                f"length filter: {dropped:,} of {len(self.train_pairs):,} training pairs have more than "
+                f"{self.config.data.max_length} wordpieces on a side and are not trained on (data.max_length)"
+            )
+        train_data = make_dataset(
+            self.train_pairs, self.tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
+            max_length=self.config.data.max_length, bucket_width=self.config.data.bucket_width,
+            shuffle_buffer=self.config.data.shuffle_buffer, seed=t.seed + self.step, training=True, repeat=True,
+        )
+        self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
+        checkpointing = PeriodicCheckpoint(self.manager, t.checkpoint_every, self.control)
+        callbacks = [
+            self.control,
+            checkpointing,
+            TrainingSummaries(os.path.join(self.model_dir, layout.LOG_DIR, "train"), t.log_every),
+            DevEvaluation(self, t.eval_every),
+        ]
+        # Keras "epochs" are only progress-bar segments here; the step counter decides everything.
+        segment = min(t.checkpoint_every, max_steps)
+        initial_epoch = self.step // segment
+        epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
+        self.log(
+            f"training from step {self.step} to at most {max_steps}"
+            + (f" or {max_minutes:g} minutes" if max_minutes else "")
+            + f"; checkpoints every {t.checkpoint_every} steps in {layout.checkpoint_dir(self.model_dir)}"
+        )
+        self.control.install_signal_handlers()
+        try:
+            self.model.fit(
+                train_data, steps_per_epoch=segment, epochs=epochs, initial_epoch=initial_epoch,
+                callbacks=callbacks, verbose=self.verbose,
+            )
+        finally:
+            self.control.restore_signal_handlers()
+        if self.control.stop_reason == "diverged":
+            raise TrainingDiverged(self.control.diverged_message)
+        checkpointing.model = self.model
+        path = checkpointing.save()
+        self.log(f"saved {path}")
+        return self._finish(self.control.stop_reason or "finished")
+
+    def _finish(self, reason: str) -> TrainResult:
+        if self._evaluated_step != self.step:
+            self.evaluate_dev(self.step)
+        samples = []
+        chosen = self.dev_pairs[:: max(1, len(self.dev_pairs) // 5)][:5]
+        translations = self.translator.translate([source for source, _ in chosen])
+        for (source, reference), translation in zip(chosen, translations):
+            samples.append((source, reference, translation))
+        return TrainResult(
+            step=self.step, stop_reason=reason, dev_bleu=self.last_bleu, dev_perplexity=self.last_perplexity,
+            best_bleu=self.best_bleu, samples=samples,
+        )
+
+
+_BEST_FILE = "best_bleu.txt"
+
+
+def _write_best_bleu(model_dir: str, step: int, bleu: BleuResult) -> None:
+    path = os.path.join(layout.best_dir(model_dir), _BEST_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(f"{bleu.score}\t{step}\t{bleu.signature}\n")
+    os.replace(path + ".tmp", path)
+
+
+def _read_best_bleu(model_dir: str) -> Optional[float]:
+    try:
+        with open(os.path.join(layout.best_dir(model_dir), _BEST_FILE), encoding="utf-8") as handle:
+            return float(handle.read().split("\t")[0])
+    except (OSError, ValueError):
+        return None
