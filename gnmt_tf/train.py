@@ -49,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--strategy", choices=STRATEGIES, default="default", help="tf.distribute strategy (default: %(default)s)"
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar (one line per segment)")
+    parser.add_argument(
+        "--quiet", action="store_true",
+        help="no live progress bar, one line per segment (the default when output is not a terminal)",
+    )
     return parser
 
 
@@ -103,7 +106,9 @@ def _run(args) -> int:
 
     from gnmt_tf.training import Trainer, TrainingDiverged
 
-    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=2 if args.quiet else 1)
+    # A live progress bar on a terminal; one line per segment in logs and pipes.
+    verbose = 1 if sys.stdout.isatty() and not args.quiet else 2
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=verbose)
     try:
         result = trainer.train()
     except TrainingDiverged as err:
@@ -117,6 +122,7 @@ def _run(args) -> int:
         print(f"best dev BLEU so far: {result.best_bleu:.2f} (checkpoint in {layout.best_dir(model_dir)})")
     print("sample translations (dev):")
     for source, reference, translation in result.samples:
+        source, reference = " ".join(source.split()), " ".join(reference.split())  # catalog strings hold newlines
         print(f"  source:      {source}\n  reference:   {reference}\n  translation: {translation}\n")
     print(f"model directory: {model_dir} (config.yaml, wordpieces.txt, checkpoints/, best/, logs/)")
     return 0
