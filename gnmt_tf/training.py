@@ -275,7 +275,7 @@ class Trainer:
             perplexity = float(math.exp(min(results["loss"], 50.0)))
             sources = [source for source, _ in self.dev_pairs]
             references = [" ".join(target.split()) for _, target in self.dev_pairs]
-            hypotheses = self.translator.translate(sources)
+            hypotheses = self.translator.greedy(sources)
             bleu = corpus_bleu(hypotheses, references)
         finally:
             self.model.set_clip_delta(training_delta)
@@ -355,7 +355,7 @@ class Trainer:
             self.evaluate_dev(self.step)
         samples = []
         chosen = self.dev_pairs[:: max(1, len(self.dev_pairs) // 5)][:5]
-        translations = self.translator.translate([source for source, _ in chosen])
+        translations = self.translator.greedy([source for source, _ in chosen])
         for (source, reference), translation in zip(chosen, translations):
             samples.append((source, reference, translation))
         return TrainResult(

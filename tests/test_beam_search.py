@@ -1,0 +1,249 @@
+"""Beam search (section 7, eq. 14) against brute force, hand-computed penalties and constructed cases."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gnmt_tf.beam_search import beam_search, coverage_penalty, length_penalty
+from gnmt_tf.model import GNMT
+from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers import tiny_model_config
+
+INF = float("inf")
+
+
+# ----------------------------------------------------------------------------- penalties
+def test_length_penalty_by_hand():
+    # lp = (5 + |Y|)^alpha / 6^alpha
+    assert float(length_penalty(1, 0.2)) == pytest.approx(1.0)
+    assert float(length_penalty(3, 0.2)) == pytest.approx((8 / 6) ** 0.2)  # 1.05922...
+    assert float(length_penalty(3, 0.2)) == pytest.approx(1.0592238, rel=1e-6)
+    assert float(length_penalty(10, 1.0)) == pytest.approx(15 / 6)
+    assert float(length_penalty(7, 0.0)) == 1.0
+
+
+def test_coverage_penalty_by_hand():
+    coverage = tf.constant([[0.5, 1.7, 0.25, 0.9]])
+    mask = tf.constant([[True, True, True, False]])  # the last position is padding
+    expected = 0.2 * (math.log(0.5) + math.log(1.0) + math.log(0.25))  # min(1.7, 1) -> log 1 = 0
+    assert float(coverage_penalty(coverage, mask, 0.2)[0]) == pytest.approx(expected, rel=1e-6)
+    assert float(coverage_penalty(coverage, mask, 0.0)[0]) == 0.0
+    # Full coverage costs nothing.
+    assert float(coverage_penalty(tf.constant([[1.0, 3.0]]), tf.constant([[True, True]]), 1.0)[0]) == 0.0
+
+
+# ----------------------------------------------------------------------------- a fake model
+def table_step_fn(logits_table, attention_table):
+    """A step function whose logits and attention depend only on the token fed in."""
+    logits_table = tf.constant(logits_table, tf.float32)
+    attention_table = tf.constant(attention_table, tf.float32)
+
+    def step(state, tokens):
+        return tf.gather(logits_table, tokens), tf.gather(attention_table, tokens), state
+
+    return step
+
+
+def run_table(logits_table, attention_table, source_len=2, **kwargs):
+    step = table_step_fn(logits_table, attention_table)
+    state = {"dummy": tf.zeros([1, 1])}
+    mask = tf.ones([1, source_len], tf.bool)
+    return beam_search(step, state, mask, **kwargs)
+
+
+def hypotheses(output, row=0):
+    """[(tokens without EOS, score)] of the valid n-best entries."""
+    result = []
+    for ids, length, score in zip(output.ids[row].numpy(), output.lengths[row].numpy(), output.scores[row].numpy()):
+        if length:
+            assert ids[length - 1] == EOS_ID and np.all(ids[length:] == PAD_ID)
+            result.append((tuple(ids[: length - 1]), float(score)))
+    return result
+
+
+NEG = -30.0  # a logit that makes a token practically impossible
+V = 6  # 0 PAD, 1 BOS, 2 EOS, 3 UNK, 4 "A", 5 "B"
+A, B = 4, 5
+
+
+def test_coverage_penalty_changes_the_ranking_where_it_should():
+    # From BOS: A slightly more likely than B. After A or B: EOS. Attention when fed BOS looks at
+    # source position 0; fed A it looks at 0 again; fed B it looks at 1. So "A" covers position 0
+    # twice and position 1 never; "B" covers both once.
+    logits = np.full((V, V), NEG)
+    logits[BOS_ID, [A, B]] = [1.0, 0.9]
+    logits[A, EOS_ID] = logits[B, EOS_ID] = 10.0
+    attention = np.zeros((V, 2))
+    attention[BOS_ID] = attention[A] = [1.0, 0.0]
+    attention[B] = [0.0, 1.0]
+    plain = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.0, beamsize=INF))
+    covered = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.2, beamsize=INF))
+    assert plain[0][0] == (A,)  # by probability alone
+    assert covered[0][0] == (B,)  # the coverage penalty prefers the translation that covers the source
+    # Its eq. 14 score is log P + 0 (full coverage): check against the hand computation.
+    log_p_b = logits[BOS_ID, B] - np.log(np.exp(logits[BOS_ID]).sum()) + (
+        logits[B, EOS_ID] - np.log(np.exp(logits[B]).sum())
+    )
+    assert covered[0][1] == pytest.approx(log_p_b, abs=1e-5)
+
+
+def local_pruning_case():
+    logits = np.full((V, V), NEG)
+    logits[BOS_ID, [EOS_ID, A, B]] = [0.0, 0.5, -4.0]  # B is ~4.5 below A, the best token
+    logits[A, EOS_ID] = logits[B, EOS_ID] = 10.0
+    return logits, np.full((V, 2), 0.5)
+
+
+def test_local_pruning_drops_tokens_far_below_the_best_token():
+    logits, attention = local_pruning_case()
+    wide = hypotheses(run_table(logits, attention, beam_width=3, n_best=3, alpha=0.0, beta=0.0, beamsize=INF))
+    pruned = hypotheses(run_table(logits, attention, beam_width=3, n_best=3, alpha=0.0, beta=0.0, beamsize=3.0))
+    assert (B,) in [h for h, _ in wide]
+    assert (B,) not in [h for h, _ in pruned]
+    assert [h for h, _ in pruned] == [h for h, _ in wide if h != (B,)]
+
+
+def global_pruning_case():
+    logits = np.full((V, V), NEG)
+    logits[BOS_ID, [EOS_ID, A, B]] = [2.0, 0.0, 0.0]  # A and B are ~2 below EOS: not pruned locally
+    logits[[A, B], 2:] = 0.0  # after A or B everything (EOS, UNK, A, B) is equally likely
+    return logits, np.full((V, 3), 1.0 / 3)
+
+
+def test_global_pruning_drops_hypotheses_far_below_the_best_finished_one():
+    logits, attention = global_pruning_case()
+    settings = dict(beam_width=8, n_best=8, alpha=0.0, beta=0.0, source_len=3)
+    wide = hypotheses(run_table(logits, attention, beamsize=INF, **settings))
+    pruned = hypotheses(run_table(logits, attention, beamsize=3.0, **settings))
+    # Once "EOS" (log P ~ -0.24) is finished, live hypotheses of two tokens (log P ~ -3.6) are
+    # more than 3 below it and are dropped: nothing longer than one token before EOS survives.
+    assert max(len(h) for h, _ in pruned) == 1
+    assert max(len(h) for h, _ in wide) > 1
+    assert pruned[0] == wide[0]  # the best translation is the same
+
+
+def test_large_beamsize_changes_nothing():
+    for case in (local_pruning_case(), global_pruning_case()):
+        logits, attention = case
+        settings = dict(beam_width=4, n_best=4, alpha=0.2, beta=0.2, source_len=attention.shape[1])
+        unpruned = run_table(logits, attention, beamsize=INF, **settings)
+        huge = run_table(logits, attention, beamsize=1e6, **settings)
+        np.testing.assert_array_equal(unpruned.ids.numpy(), huge.ids.numpy())
+        np.testing.assert_allclose(unpruned.scores.numpy(), huge.scores.numpy())
+
+
+def test_output_length_is_limited_and_ends_with_eos():
+    logits = np.full((V, V), NEG)
+    logits[:, A] = 5.0  # EOS is never likely: the limit must end the search
+    attention = np.full((V, 2), 0.5)
+    # The forced final EOS costs every length the same, so alpha = 1 (which rewards length)
+    # makes the longest allowed output the best one.
+    out = hypotheses(run_table(logits, attention, beam_width=2, n_best=2, alpha=1.0, beta=0.0, beamsize=INF,
+                               max_length_ratio=2.0, source_len=2))
+    assert out[0][0] == (A, A, A)  # 2 x 2 source tokens = 4 tokens, the last one EOS
+    assert all(len(h) <= 3 for h, _ in out)
+
+
+# ----------------------------------------------------------------------------- a real GNMT
+def tiny_gnmt(vocab_size=7, seed=0, scale=1.5, input_feeding=False):
+    config = tiny_model_config(vocab_size=vocab_size, units=16, attention_units=8, input_feeding=input_feeding)
+    model = GNMT(config)
+    model.build()
+    rng = np.random.default_rng(seed)
+    for w in model.trainable_weights:  # large weights: peaked, varied distributions
+        w.assign(rng.uniform(-scale, scale, w.shape).astype(np.float32))
+    return model
+
+
+def gnmt_search(model, source, **kwargs):
+    memory = model.encode(source)
+    return beam_search(model.step, model.initial_state(memory), memory.mask, **kwargs)
+
+
+def brute_force_best(model, source, limit):
+    """Every output y_1..y_n EOS with n + 1 <= limit (PAD and BOS excluded), scored exactly."""
+    vocab = model.model_config.vocab_size
+    tokens = [v for v in range(vocab) if v not in (PAD_ID, BOS_ID, EOS_ID)]
+    candidates = [seq for n in range(limit) for seq in itertools.product(tokens, repeat=n)]
+    width = limit
+    target_in = np.full((len(candidates), width), PAD_ID, np.int32)
+    target_out = np.full((len(candidates), width), PAD_ID, np.int32)
+    for row, seq in enumerate(candidates):
+        target_in[row, : len(seq) + 1] = (BOS_ID,) + seq
+        target_out[row, : len(seq) + 1] = seq + (EOS_ID,)
+    sources = np.repeat(source, len(candidates), axis=0)
+    log_probs = tf.nn.log_softmax(model((sources, target_in))).numpy()
+    scores = []
+    for row, seq in enumerate(candidates):
+        positions = range(len(seq) + 1)
+        scores.append(sum(log_probs[row, j, target_out[row, j]] for j in positions))
+    best = int(np.argmax(scores))
+    return candidates[best], scores[best]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_exact_search_matches_brute_force(seed):
+    model = tiny_gnmt(seed=seed, input_feeding=seed % 2 == 1)
+    source = np.array([[5, EOS_ID]], np.int32)  # 2 real tokens: outputs of at most 4 tokens
+    limit = 4
+    best_seq, best_log_prob = brute_force_best(model, source, limit)
+    out = gnmt_search(model, source, beam_width=64, alpha=0.0, beta=0.0, beamsize=INF, max_length_ratio=2.0)
+    found = hypotheses(out)[0]
+    assert found[0] == best_seq
+    assert found[1] == pytest.approx(best_log_prob, abs=1e-4)  # alpha = beta = 0: score = log P
+    assert float(out.log_probs[0, 0]) == pytest.approx(best_log_prob, abs=1e-4)
+
+
+def test_batch_invariance():
+    model = tiny_gnmt(vocab_size=12, seed=5, scale=0.8)
+    rng = np.random.default_rng(6)
+    lengths = [3, 6, 1, 4]
+    width = max(lengths) + 1
+    sources = np.full((4, width), PAD_ID, np.int32)
+    for row, n in enumerate(lengths):
+        sources[row, :n] = rng.integers(4, 12, n)
+        sources[row, n] = EOS_ID
+    settings = dict(beam_width=3, n_best=2, alpha=0.2, beta=0.2, beamsize=3.0, return_attention=True)
+    batched = gnmt_search(model, sources, **settings)
+    for row, n in enumerate(lengths):
+        alone = gnmt_search(model, sources[row : row + 1, : n + 1], **settings)
+        length = alone.ids.shape[-1]
+        np.testing.assert_array_equal(batched.ids.numpy()[row, :, :length], alone.ids.numpy()[0])
+        assert np.all(batched.ids.numpy()[row, :, length:] == PAD_ID)
+        np.testing.assert_allclose(batched.scores.numpy()[row], alone.scores.numpy()[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            batched.attention.numpy()[row, :, :length, : n + 1], alone.attention.numpy()[0], atol=1e-5
+        )
+
+
+def test_scores_are_eq14_of_the_returned_hypotheses():
+    model = tiny_gnmt(vocab_size=10, seed=7, scale=1.0)
+    source = np.array([[4, 6, 8, EOS_ID]], np.int32)
+    alpha, beta = 0.6, 0.4
+    out = gnmt_search(model, source, beam_width=4, n_best=4, alpha=alpha, beta=beta, beamsize=INF,
+                      return_attention=True)
+    scores = out.scores.numpy()[0]
+    assert np.all(np.diff(scores) <= 1e-6)  # best first
+    for rank in range(4):
+        length = int(out.lengths[0, rank])
+        ids = out.ids.numpy()[0, rank, :length]
+        target_in = np.array([[BOS_ID, *ids[:-1]]], np.int32)
+        logits, attention = model.forward(source, target_in)
+        log_p = float(np.sum(tf.nn.log_softmax(logits).numpy()[0, np.arange(length), ids]))
+        coverage = np.minimum(attention.numpy()[0].sum(axis=0), 1.0)
+        expected = log_p / ((5 + length) / 6) ** alpha + beta * np.sum(np.log(coverage))
+        assert float(out.log_probs[0, rank]) == pytest.approx(log_p, abs=1e-4)
+        assert scores[rank] == pytest.approx(expected, abs=1e-4)
+        np.testing.assert_allclose(out.attention.numpy()[0, rank, :length], attention.numpy()[0], atol=1e-5)
+
+
+def test_attention_keys_are_projected_once_per_sentence(monkeypatch):
+    model = tiny_gnmt(vocab_size=10, seed=8)
+    calls = []
+    original = model.decoder.attention.project_keys
+    monkeypatch.setattr(model.decoder.attention, "project_keys", lambda v: calls.append(1) or original(v))
+    gnmt_search(model, np.array([[4, 5, 6, EOS_ID]], np.int32), beam_width=3, beamsize=INF)
+    assert len(calls) == 1  # in encode(), not in any of the decoding steps
