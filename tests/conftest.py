@@ -26,3 +26,26 @@ def _seed_everything():
     keras.utils.set_random_seed(1234)
     yield
 
+
+
+@pytest.fixture(scope="session")
+def trained_number_model(tmp_path_factory):
+    """A tiny GNMT trained for ~1000 steps on the number-word task (English -> French digits).
+
+    Shared by the tests that need a model that really translates (training, beam search
+    through the Translator, the translate/evaluate command lines). Returns (model_dir, result).
+    """
+    import tf_keras as keras
+
+    from test_training import tiny_number_setup
+    from gnmt_tf.training import Trainer
+
+    keras.utils.set_random_seed(1234)
+    tmp_path = tmp_path_factory.mktemp("number_model")
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    result = trainer.train()
+    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:
+        for source, target in dev_pairs:
+            handle.write(f"{source}\t{target}\n")
+    return model_dir, result

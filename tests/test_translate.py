@@ -1,0 +1,94 @@
+"""The Translator API and the translate / evaluate command lines, on a model that really translates."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gnmt_tf import model_dir as layout
+from gnmt_tf.translator import Translator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+@pytest.fixture(scope="module")
+def translator(trained_number_model):
+    model_dir, _ = trained_number_model
+    model, tokenizer, config = layout.load_model_dir(model_dir)
+    return Translator(model, tokenizer, config.decoding, max_input_length=12)
+
+
+def test_beam_search_translates(translator):
+    assert translator.translate(["three one four", "nine nine"]) == ["trois un quatre", "neuf neuf"]
+
+
+def test_edges_empty_single_token_and_too_long(translator):
+    out = translator.translate(["", "   ", "seven", "one two three four five six seven eight nine zero one two three"])
+    assert out[0] == "" and out[1] == ""  # empty in, empty out
+    assert out[2] == "sept"  # a single token translates
+    assert translator.truncated == 1 and out[3]  # truncated to max_input_length wordpieces, still translated
+    strict = Translator(translator.model, translator.tokenizer, translator.decoding, max_input_length=12,
+                        truncate_long_inputs=False)
+    with pytest.raises(ValueError, match="sentence 0 has .* wordpieces, more than max_input_length"):
+        strict.translate(["one two three four five six seven eight nine zero one two three"])
+
+
+def test_nbest_lists_are_sorted_and_carry_attention(translator):
+    [nbest] = translator.translate_nbest(["two five eight"], n_best=3, beam_width=4, return_attention=True,
+                                         beamsize=float("inf"))
+    assert len(nbest) == 3 and nbest[0].text == "deux cinq huit"
+    # With the paper's pruning (beamsize 3) this confident model's alternatives are all pruned.
+    [pruned] = translator.translate_nbest(["two five eight"], n_best=3, beam_width=4)
+    assert len(pruned) < 3 and pruned[0].text == "deux cinq huit"
+    scores = [h.score for h in nbest]
+    assert scores == sorted(scores, reverse=True)
+    best = nbest[0]
+    assert best.attention.shape == (len(best.target_pieces) + 1, len(best.source_pieces))
+    np.testing.assert_allclose(best.attention.sum(axis=1), 1.0, rtol=1e-5)  # each target row is a distribution
+
+
+def test_batching_does_not_change_translations(translator):
+    sentences = ["one", "two three four five", "six seven", "eight nine zero one two", "three"]
+    together = translator.translate(sentences)
+    one_by_one = [translator.translate([s])[0] for s in sentences]
+    assert together == one_by_one
+
+
+def run(args, stdin=None):
+    return subprocess.run([sys.executable, *args], input=stdin, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_path):
+    model_dir, _ = trained_number_model
+    result = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--beam-width", "3"],
+                 stdin="one two\n\nfive five five\nnine\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\n"
+
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("zero\nsix seven\n", encoding="utf-8")
+    nbest = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(source),
+                 "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "inf"])
+    assert nbest.returncode == 0, nbest.stderr[-2000:]
+    lines = output.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and lines[0].startswith("0 ||| zéro ||| ") and lines[2].startswith("1 ||| six sept ||| ")
+
+
+def test_translate_cli_errors(tmp_path):
+    missing = run(["-m", "gnmt_tf.translate", "--model-dir", str(tmp_path / "nothing")], stdin="x\n")
+    assert missing.returncode == 2 and "model directory not found" in missing.stderr
+
+
+def test_evaluate_cli_reports_bleu_and_speed(trained_number_model):
+    model_dir, result = trained_number_model
+    out = run(["-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv", "--json"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["bleu"] > 70 and report["signature"].startswith("nrefs:1")
+    assert report["sentences"] == 100 and report["sentences_per_second"] > 0 and report["words_per_second"] > 0
+    text = run(["-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv"])
+    assert text.returncode == 0 and "BLEU = " in text.stdout and "sentences/s" in text.stdout
