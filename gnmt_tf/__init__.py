@@ -19,6 +19,10 @@ _PUBLIC = {
     "ConfigError": "gnmt_tf.config",
     "load_config": "gnmt_tf.config",
     "SequenceCrossEntropy": "gnmt_tf.losses",
+    "WordpieceTokenizer": "gnmt_tf.tokenizer",
+    "Translator": "gnmt_tf.translator",
+    "load_model_dir": "gnmt_tf.model_dir",
+    "beam_search": "gnmt_tf.beam_search",
 }
 
 __all__ = sorted(_PUBLIC) + ["keras", "__version__"]
