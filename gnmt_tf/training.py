@@ -252,8 +252,7 @@ class Trainer:
         if path:
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
             self.log(f"resuming from {path} at step {self.step}")
-        best = layout.find_checkpoint(self.model_dir, "best") if self.best_manager.latest_checkpoint else None
-        if best:
+        if self.best_manager.latest_checkpoint:  # resumed runs keep comparing against the old best
             self.best_bleu = _read_best_bleu(self.model_dir)
 
     @property
