@@ -21,7 +21,8 @@ INSTALL_REQUIRES = [
     "tf-keras==2.21.*",
     "tensorflow-model-optimization==0.8.*",
     "tensorflow-serving-api==2.21.*",
-    "tensorboard>=2.20",  # tf.summary needs it to write scalars; TF 2.21 no longer installs it
+    "tensorboard>=2.20",
+    "ai-edge-litert==2.3.*",  # the TFLite interpreter that can register the tensorflow-text ops  # tf.summary needs it to write scalars; TF 2.21 no longer installs it
     "sacrebleu>=2,<3",
     "sentencepiece>=0.2,<0.3",  # its fast BPE trainer learns the wordpiece inventory
     "PyYAML>=6",

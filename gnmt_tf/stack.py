@@ -3,11 +3,25 @@
 ``run_over_time`` is the one time loop for whole sequences (training,
 encoding); ``ResidualLSTMStack.step`` is the one-step path that decoding
 uses. Both call the same :class:`~gnmt_tf.cell.GNMTLSTMCell` math.
+
+``run_over_time`` has two implementations of the same loop, with identical
+results (the same ops on the same values at every step):
+
+* the default, ``keras.backend.rnn``: TensorArrays, fast, and what training
+  differentiates through;
+* inside :func:`tflite_compatible_loops`, a ``tf.while_loop`` without
+  TensorArrays that grows its outputs by concatenation. TFLite's converter
+  cannot lower a TensorArray whose element shape is not static (the batch of
+  an exported translator is dynamic) without Flex ops, but it converts this
+  loop to builtin ops. Its cost grows with the square of the length (each
+  step copies the outputs so far), so it is used only for export tracing.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import contextlib
+import threading
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -27,6 +41,62 @@ def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:
             layer.build(tf.TensorShape(input_shape))
 
 
+_LOOP_MODE = threading.local()
+
+
+@contextlib.contextmanager
+def tflite_compatible_loops() -> Iterator[None]:
+    """Functions traced inside this context run sequences without TensorArrays (for TFLite).
+
+    The choice is made when a graph is traced, so trace (``get_concrete_function``) inside it.
+    """
+    previous = getattr(_LOOP_MODE, "tflite", False)
+    _LOOP_MODE.tflite = True
+    try:
+        yield
+    finally:
+        _LOOP_MODE.tflite = previous
+
+
+def using_tflite_compatible_loops() -> bool:
+    return getattr(_LOOP_MODE, "tflite", False)
+
+
+def _loop_without_tensor_arrays(
+    cell: GNMTLSTMCell, projected: tf.Tensor, mask: tf.Tensor, initial_state: LSTMState
+) -> Tuple[tf.Tensor, LSTMState]:
+    """``keras.backend.rnn`` with ``zero_output_for_mask=True``, written with TFLite builtins only.
+
+    Same math as keras: at a masked step the output is 0 and the state is carried unchanged.
+    The inputs are read time-major; the outputs grow batch-major by one step per iteration (a
+    concat with a shape invariant). CHOICE: batch-major because TFLite's WHILE fails on a loop
+    variable that starts empty along axis 0, while an empty axis 1 works.
+    """
+    projected_tm = tf.transpose(projected, [1, 0, 2])  # [time, batch, 4 units]
+    mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])  # [time, batch]
+    steps = tf.shape(projected_tm)[0]
+    c0, m0 = initial_state
+    outputs = tf.zeros(tf.stack([tf.shape(projected)[0], 0, cell.units]), dtype=projected.dtype)
+
+    def body(t, c, m, outputs):
+        output, (new_c, new_m) = cell.recur(tf.gather(projected_tm, t), (c, m))
+        mask_t = tf.expand_dims(tf.gather(mask_tm, t), 1)  # [batch, 1]
+        output = tf.where(mask_t, output, tf.zeros_like(output))
+        c = tf.where(mask_t, new_c, c)
+        m = tf.where(mask_t, new_m, m)
+        outputs = tf.concat([outputs, tf.expand_dims(output, 1)], axis=1)
+        return t + 1, c, m, outputs
+
+    units = tf.TensorShape([None, cell.units])
+    _, c, m, outputs = tf.while_loop(
+        lambda t, *_: t < steps,
+        body,
+        (tf.constant(0), c0, m0, outputs),
+        shape_invariants=(tf.TensorShape([]), units, units, tf.TensorShape([None, None, cell.units])),
+    )
+    return outputs, (c, m)
+
+
 def run_over_time(
     cell: GNMTLSTMCell,
     inputs: tf.Tensor,
@@ -38,11 +108,14 @@ def run_over_time(
     The input product of every step is computed up front in one matmul. At
     masked (padding) steps the state is carried through unchanged and the
     output is zero, so padding cannot change any real position.
-    Returns (outputs [batch, time, units], final state).
+    Returns (outputs [batch, time, units], final state). Inside
+    :func:`tflite_compatible_loops` the loop is built without TensorArrays.
     """
     projected = cell.project_inputs(inputs)
     if initial_state is None:
         initial_state = cell.get_initial_state(batch_size=tf.shape(inputs)[0], dtype=inputs.dtype)
+    if using_tflite_compatible_loops():
+        return _loop_without_tensor_arrays(cell, projected, mask, tuple(initial_state))
 
     def step(projected_t, states):
         output, new_state = cell.recur(projected_t, tuple(states))

@@ -1,0 +1,68 @@
+"""Export a trained model: ``python -m export --model-dir DIR --output BASE/NAME --format saved_model``.
+
+Writes BASE/NAME/<version>/ (TF Serving's layout; the version defaults to the
+next free integer) with tokenization, beam search and detokenization inside the
+graph, checks that the export translates like the model, and only then moves
+it into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+FORMATS = ("saved_model", "tflite")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m export",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+    parser.add_argument("--output", required=True, metavar="BASE/NAME", help="model base path; versions go below it")
+    parser.add_argument("--format", required=True, help=f"artifact format: {', '.join(FORMATS)}")
+    parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="weight quantization")
+    parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
+    parser.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    parser.add_argument("--beam-width", type=int, default=None, help="beam width built into the export")
+    parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from export.exporters import EXPORTERS, ExportError, ExportRequest, export
+    from gnmt_tf.config import ConfigError
+    from gnmt_tf.model_dir import ModelDirError
+
+    if args.format not in FORMATS:
+        print(f"error: unknown format {args.format!r}; choose one of: {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    if args.format not in EXPORTERS:
+        print(f"error: the {args.format} exporter is not available in this version", file=sys.stderr)
+        return 2
+    if args.quantize != "none":
+        print("error: --quantize int8 is not available in this version; export float (--quantize none)",
+              file=sys.stderr)
+        return 2
+    if args.version is not None and args.version < 1:
+        print(f"error: --version must be a positive integer, got {args.version}", file=sys.stderr)
+        return 2
+    request = ExportRequest(
+        model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
+        beam_width=args.beam_width, verify_sentences=args.verify_sentences,
+    )
+    try:
+        export(request, args.format)
+    except (ExportError, ModelDirError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The whole translator as one float32 TFLite model: strings in, translations out.
+
+Wordpiece tokenization, the GNMT encoder, beam search (section 7) and
+detokenization are converted together from
+:class:`export.translator_module.ExportableTranslator`'s ``translate``
+function (the ``serving_default`` signature). The model uses only TFLite
+builtin ops plus the tensorflow-text custom ops, so it runs in LiteRT's
+``InterpreterWithCustomOps`` with ``tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS``
+registered; no Flex (select TF) ops::
+
+    model = convert_to_tflite(ExportableTranslator(model, tokenizer, config.decoding))
+    translator = TFLiteTranslator(model)
+    texts, scores = translator.translate(["Open the file"])
+
+Conversion notes:
+
+* The translate function is re-traced inside
+  :func:`gnmt_tf.stack.tflite_compatible_loops`, so the encoder's time loops are
+  built without TensorArrays (which TFLite cannot lower with a dynamic batch);
+  the TensorFlow functions of the module are not touched.
+* ``allow_custom_ops`` is needed for the tensorflow-text kernels, but it also
+  lets ANY op without a TFLite kernel through as a custom op that then fails
+  only at load time; :func:`convert_to_tflite` therefore lists the ops of the
+  result and :func:`check_ops` rejects every custom op that is not a
+  tensorflow-text one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, List, Sequence, Tuple, Union
+
+import numpy as np
+
+# The custom ops that tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS registers (tensorflow-text
+# 2.21), by their TFLite custom code. The translator uses the first three.
+ALLOWED_CUSTOM_OPS = frozenset(
+    {
+        "TFText>WhitespaceTokenizeWithOffsetsV2",
+        "FastWordpieceTokenizeWithOffsets",
+        "TFText>FastWordpieceDetokenize",
+        "FastBertNormalize",
+        "RaggedTensorToTensor",
+        "SentenceFragmentsV2",
+        "TFText>ByteSplitByOffsets",
+        "TFText>ByteSplitWithOffsets",
+        "TFText>FastSentencepieceDetokenize",
+        "TFText>FastSentencepieceTokenize",
+        "TFText>NgramsStringJoin",
+        "TFText>RoundRobinGenerateMasks",
+        "TFText>RoundRobinTrim",
+        "TFText>Utf8Binarize",
+    }
+)
+
+SIGNATURE = "serving_default"
+
+
+class TFLiteConversionError(RuntimeError):
+    """The converted model needs ops that the LiteRT interpreter with the text ops cannot run."""
+
+
+def _schema():
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:  # the converter side always has TensorFlow
+        from tensorflow.lite.python import schema_py_generated as schema
+    return schema
+
+
+def _builtin_names():
+    schema = _schema()
+    return {
+        value: name
+        for name, value in vars(schema.BuiltinOperator).items()
+        if not name.startswith("_") and isinstance(value, int)
+    }
+
+
+def list_ops(tflite_bytes: bytes) -> List[str]:
+    """The ops of every subgraph of a .tflite model, sorted, without repeats.
+
+    Builtin ops by their builtin name ("WHILE", "FULLY_CONNECTED"); custom ops (Flex ops included,
+    "FlexStridedSlice") by their custom code ("TFText>WhitespaceTokenizeWithOffsetsV2").
+    """
+    schema = _schema()
+    names = _builtin_names()
+    model = schema.Model.GetRootAsModel(bytearray(tflite_bytes), 0)
+    codes = []
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        # Builtin codes above 127 live in BuiltinCode; the old int8 field holds 127 for them.
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            codes.append(code.CustomCode().decode("utf-8"))
+        else:
+            codes.append(names.get(builtin, f"BUILTIN_{builtin}"))
+    used = set()
+    for s in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(s)
+        for o in range(subgraph.OperatorsLength()):
+            used.add(codes[subgraph.Operators(o).OpcodeIndex()])
+    return sorted(used)
+
+
+def custom_ops(ops: Iterable[str]) -> List[str]:
+    """The names in ``ops`` that are not TFLite builtin op names."""
+    builtin = set(_builtin_names().values()) - {"CUSTOM"}
+    return sorted(op for op in set(ops) if op not in builtin)
+
+
+def check_ops(ops: Iterable[str]) -> None:
+    """Raise :class:`TFLiteConversionError` naming every op that is neither builtin nor tensorflow-text.
+
+    Flex ops (select TF ops) are rejected too: they need the Flex delegate, which this export avoids.
+    """
+    foreign = [op for op in custom_ops(ops) if op not in ALLOWED_CUSTOM_OPS]
+    if foreign:
+        flex = [op for op in foreign if op.startswith("Flex")]
+        other = [op for op in foreign if not op.startswith("Flex")]
+        parts = []
+        if flex:
+            parts.append(f"Flex (select TensorFlow) ops {', '.join(flex)}")
+        if other:
+            parts.append(
+                f"custom ops {', '.join(other)} (TensorFlow ops without a TFLite kernel that the converter "
+                f"let through because allow_custom_ops is on)"
+            )
+        raise TFLiteConversionError(
+            "the TFLite model needs " + " and ".join(parts) + "; only TFLite builtins and the tensorflow-text "
+            f"custom ops ({', '.join(sorted(ALLOWED_CUSTOM_OPS))}) can run in the interpreter"
+        )
+
+
+def tflite_translate_function(translator_module):
+    """``translator_module.translate`` re-traced for TFLite (loops without TensorArrays)."""
+    import tensorflow as tf
+
+    from gnmt_tf.stack import tflite_compatible_loops
+
+    function = tf.function(
+        translator_module.translate.python_function, input_signature=translator_module.translate.input_signature
+    )
+    with tflite_compatible_loops():
+        return function.get_concrete_function()
+
+
+def convert_to_tflite(translator_module) -> bytes:
+    """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
+
+    ``translator_module`` is an :class:`export.translator_module.ExportableTranslator`. The result has
+    one signature, ``serving_default``: input ``sentences`` (string [batch]), outputs ``translations``
+    (string [batch]) and ``scores`` (float32 [batch], eq. 14). Raises :class:`TFLiteConversionError`
+    if the model would need any op other than the TFLite builtins and the tensorflow-text ops.
+    """
+    import tensorflow as tf
+
+    concrete = tflite_translate_function(translator_module)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], translator_module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True  # the tensorflow-text kernels are custom ops; check_ops polices the rest
+    model = converter.convert()
+    check_ops(list_ops(model))
+    return model
+
+
+class TFLiteTranslator:
+    """Translate with a converted model in LiteRT's interpreter, the tensorflow-text ops registered.
+
+    Args:
+        model: the .tflite bytes, or a path to them.
+        num_threads: interpreter threads.
+        xnnpack: apply the XNNPACK delegate (LiteRT's default); False runs the reference builtin kernels.
+    """
+
+    def __init__(self, model: Union[bytes, str, os.PathLike], num_threads: int = 1, xnnpack: bool = True):
+        import tensorflow_text  # noqa: F401  (the registrar lives in tensorflow_text)
+        from ai_edge_litert.interpreter import InterpreterWithCustomOps, OpResolverType
+        from tensorflow_text import tflite_registrar
+
+        if isinstance(model, (str, os.PathLike)):
+            with open(model, "rb") as handle:
+                model = handle.read()
+        self.model_content = bytes(model)
+        self.interpreter = InterpreterWithCustomOps(
+            custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS,
+            model_content=self.model_content,
+            num_threads=num_threads,
+            experimental_op_resolver_type=(
+                OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            ),
+        )
+        self.runner = self.interpreter.get_signature_runner(SIGNATURE)
+
+    def translate(self, sentences: Sequence[str]) -> Tuple[List[str], List[float]]:
+        """Sentences -> (translations, eq. 14 scores), in the order given."""
+        sentences = list(sentences)
+        if not sentences:
+            return [], []
+        outputs = self.runner(sentences=np.array([s.encode("utf-8") for s in sentences], dtype=object))
+        texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in outputs["translations"].tolist()]
+        return texts, [float(s) for s in outputs["scores"].tolist()]

@@ -1,0 +1,106 @@
+"""The SavedModel export: TF Serving layout, in-graph translation, loading without gnmt_tf, bad exports."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from export.exporters import ExportError, ExportRequest, export, next_version
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "eight six"]
+
+# What TF Serving does: only TensorFlow and the tensorflow-text ops, no gnmt_tf.
+LOAD_AND_TRANSLATE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the wordpiece ops
+loaded = tf.saved_model.load(sys.argv[1])
+sentences = json.loads(sys.argv[2])
+out = loaded.signatures["serving_default"](sentences=tf.constant(sentences))
+nbest = loaded.signatures["translate_nbest"](sentences=tf.constant(sentences), alpha=tf.constant(0.2),
+                                              beta=tf.constant(0.2), beamsize=tf.constant(3.0))
+print(json.dumps({
+    "translations": [t.decode() for t in out["translations"].numpy()],
+    "scores": out["scores"].numpy().tolist(),
+    "signatures": sorted(loaded.signatures),
+    "nbest_shape": nbest["attention"].shape.as_list(),
+    "gnmt_tf_imported": any(name.startswith("gnmt_tf") for name in sys.modules),
+}))
+"""
+
+
+def run(args, **kwargs):
+    return subprocess.run([sys.executable, *args], env=ENV, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def exported(trained_number_model, tmp_path_factory):
+    model_dir, _ = trained_number_model
+    base = str(tmp_path_factory.mktemp("serving") / "gnmt")
+    result = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checked:" in result.stdout
+    return model_dir, base
+
+
+def test_layout_and_fresh_process_without_gnmt_tf(exported):
+    model_dir, base = exported
+    assert sorted(os.listdir(base)) == ["1"]  # no staging directory left behind
+    assert os.path.exists(os.path.join(base, "1", "saved_model.pb"))
+    loaded = run(["-c", LOAD_AND_TRANSLATE, os.path.join(base, "1"), json.dumps(SENTENCES)])
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    out = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert not out["gnmt_tf_imported"]
+    assert out["signatures"] == ["serving_default", "translate_nbest", "translate_with_options"]
+    assert out["nbest_shape"][0] == len(SENTENCES)
+    # The same strings as python -m gnmt_tf.translate on the same model.
+    cli = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir], input="\n".join(SENTENCES) + "\n")
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert out["translations"] == cli.stdout.split("\n")[: len(SENTENCES)]
+    assert out["translations"][0] == "trois un quatre" and out["translations"][1] == ""
+
+
+def test_next_version_and_existing_version(exported, tmp_path):
+    model_dir, base = exported
+    assert next_version(base) == 2
+    logs = []
+    target = export(ExportRequest(model_dir=model_dir, output=base, log=logs.append), "saved_model")
+    assert target == os.path.join(base, "2") and os.path.isdir(target)
+    with pytest.raises(ExportError, match="already exists; pass another --version \\(next free: 3\\)"):
+        export(ExportRequest(model_dir=model_dir, output=base, version=2, log=logs.append), "saved_model")
+    assert sorted(os.listdir(base)) == ["1", "2"]
+
+
+def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
+    model_dir, _ = trained_number_model
+    unknown = run(["-m", "export", "--model-dir", model_dir, "--output", str(tmp_path / "x"), "--format", "onnx"])
+    assert unknown.returncode == 2 and "unknown format 'onnx'" in unknown.stderr
+    empty = tmp_path / "no_checkpoint"
+    empty.mkdir()
+    for name in ("config.yaml", "wordpieces.txt"):
+        with open(os.path.join(model_dir, name), encoding="utf-8") as src:
+            (empty / name).write_text(src.read(), encoding="utf-8")
+    missing = run(["-m", "export", "--model-dir", str(empty), "--output", str(tmp_path / "y"),
+                   "--format", "saved_model"])
+    assert missing.returncode == 1 and "has no checkpoint" in missing.stderr
+    assert not (tmp_path / "y").exists() or not os.listdir(tmp_path / "y")
+
+
+def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    model_dir, _ = trained_number_model
+    base = str(tmp_path / "gnmt_tflite")
+    result = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "tflite"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    version = os.path.join(base, "1")
+    assert sorted(os.listdir(version)) == ["translator.ops.txt", "translator.tflite"]
+    ops = open(os.path.join(version, "translator.ops.txt"), encoding="utf-8").read().split()
+    assert "WHILE" in ops and not any(op.startswith("Flex") for op in ops)
+    from export.tflite import TFLiteTranslator
+
+    translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(SENTENCES)
+    assert translations[0] == "trois un quatre" and translations[1] == ""

@@ -1,0 +1,126 @@
+"""The whole translator as TFLite: builtin + tensorflow-text ops only, identical translations to TF."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from export.tflite import (
+    ALLOWED_CUSTOM_OPS,
+    TFLiteConversionError,
+    check_ops,
+    convert_to_tflite,
+    custom_ops,
+    list_ops,
+)
+from export.translator_module import ExportableTranslator
+from gnmt_tf.cell import GNMTLSTMCell
+from gnmt_tf.config import load_config
+from gnmt_tf.model import GNMT
+from gnmt_tf.stack import run_over_time, tflite_compatible_loops
+from gnmt_tf.tokenizer import WordpieceTokenizer
+from gnmt_tf.vocab import EOS_ID
+
+WORDS = "the a cat dog sat on mat house red blue green runs quickly slowly over under big small bird tree".split()
+
+TEST_SENTENCES = [
+    "",
+    "cat",
+    "the dog sat on the mat",
+    "a big red bird runs quickly over the small green tree",
+    "blue house",
+    "   ",
+    "dog runs slowly under a tree",
+    "green",
+    "the small bird sat on a big blue mat quickly and the cat runs over it",
+    "red red red",
+    "zebra café",  # characters outside the alphabet: unknown words
+]
+
+TEXT_OPS = {"TFText>WhitespaceTokenizeWithOffsetsV2", "FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize"}
+
+
+def synthetic_sentences(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def exported():
+    """A tiny random GNMT (weights scaled up, EOS made less likely so outputs vary) and its TFLite form."""
+    keras.utils.set_random_seed(1234)
+    config = load_config("tiny")
+    tokenizer = WordpieceTokenizer.learn(synthetic_sentences(300), vocab_size=120, max_characters=40)
+    config.model.vocab_size = tokenizer.vocab_size
+    model = GNMT(config.model)
+    model.build()
+    rng = np.random.default_rng(0)
+    for weight in model.trainable_weights:
+        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
+    bias = model.decoder.softmax_projection.bias
+    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
+    translator = ExportableTranslator(model, tokenizer, config.decoding, max_input_length=12)
+    return translator, convert_to_tflite(translator)
+
+
+def test_only_builtin_and_tensorflow_text_ops(exported):
+    _, model = exported
+    ops = list_ops(model)
+    assert {"WHILE", "FULLY_CONNECTED", "TOPK_V2"} <= set(ops)  # the loops and beam search are in there
+    assert not [op for op in ops if op.startswith("Flex")]
+    assert set(custom_ops(ops)) == TEXT_OPS
+    check_ops(ops)  # does not raise
+
+
+def test_check_ops_rejects_foreign_custom_and_flex_ops():
+    assert TEXT_OPS <= ALLOWED_CUSTOM_OPS
+    check_ops(["WHILE", "ADD", *TEXT_OPS])
+    with pytest.raises(TFLiteConversionError, match="StridedSlice"):
+        check_ops(["WHILE", "STRIDED_SLICE", "StridedSlice", *TEXT_OPS])
+    with pytest.raises(TFLiteConversionError, match="RaggedGather.*RaggedRange"):
+        check_ops(["ADD", "RaggedGather", "RaggedRange"])
+    with pytest.raises(TFLiteConversionError, match="Flex.*FlexTensorListReserve"):
+        check_ops(["ADD", "FlexTensorListReserve"])
+
+
+def test_tflite_translations_are_identical_to_tensorflow(exported):
+    pytest.importorskip("ai_edge_litert", reason="the LiteRT interpreter (pip install ai-edge-litert) is needed")
+    from export.tflite import TFLiteTranslator
+
+    translator, model = exported
+    reference = translator.translate(tf.constant(TEST_SENTENCES))
+    expected = [text.decode("utf-8") for text in reference["translations"].numpy()]
+    # The tiny random model really produces text of different lengths, so the comparison means something.
+    assert expected[0] == expected[5] == ""
+    assert all(expected[i] for i in (1, 2, 3, 4, 6, 7, 8, 9, 10))
+    assert len(set(expected)) >= 8
+
+    for xnnpack in (True, False):
+        tflite = TFLiteTranslator(model, num_threads=1, xnnpack=xnnpack)
+        texts, scores = tflite.translate(TEST_SENTENCES)
+        assert texts == expected
+        np.testing.assert_allclose(scores, reference["scores"].numpy(), rtol=1e-4, atol=1e-4)
+        # One at a time (another batch shape) gives the same translations.
+        assert [tflite.translate([s])[0][0] for s in TEST_SENTENCES[:4]] == expected[:4]
+    assert tflite.translate([]) == ([], [])
+
+
+def test_tflite_loops_compute_exactly_what_keras_rnn_computes():
+    """The TensorArray-free loop used for export is the training loop's math, bit for bit."""
+    cell = GNMTLSTMCell(8, init_scale=0.5)
+    cell.build((None, 5))
+    rng = np.random.default_rng(3)
+    inputs = tf.constant(rng.normal(size=(3, 6, 5)).astype(np.float32))
+    mask = tf.constant(np.arange(6)[None, :] < np.array([[6], [2], [4]]))
+
+    @tf.function
+    def run(inputs, mask):
+        outputs, (c, m) = run_over_time(cell, inputs, mask)
+        return outputs, c, m
+
+    keras_path = run.get_concrete_function(inputs, mask)(inputs, mask)
+    with tflite_compatible_loops():
+        export_path = tf.function(run.python_function).get_concrete_function(inputs, mask)(inputs, mask)
+    for a, b in zip(keras_path, export_path):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert np.all(export_path[0].numpy()[1, 2:] == 0)  # padding outputs are zero
