@@ -60,9 +60,12 @@ kernel with int32 accumulation (``tf.linalg.matmul(..., output_type=tf.int32)``)
 and rescaled: ``y = acc * s_x * s_w / 127**2`` (plus the offset term for
 Marian-style kernels). It is plain TensorFlow and works eagerly, in
 ``tf.function`` and in ``tf.function(jit_compile=True)``. Measured on this
-project's CPU: without XLA TensorFlow's int8 matmul kernel is several times
-slower than float32; under ``jit_compile=True`` it is faster (see
-``benchmarks/int8_matmul_benchmark.py``).
+project's 2-core CPU (``benchmarks/int8_matmul_benchmark.py``,
+``benchmarks/results/int8_matmul.json``): in a plain ``tf.function`` it is
+2-8x SLOWER than the float32 matmul; under ``jit_compile=True`` it is
+1.6-2.1x faster for a 1024x4096 LSTM kernel at batch 1 x beam 4 (2.8-4x when
+the weights do not fit in cache, as in a paper-size decoder), 1.2-1.5x at
+batch 16 x beam 4, and no faster (0.8-1.3x) for the 1024x32000 softmax.
 
 Simulated int8 weights for a whole model
 ----------------------------------------

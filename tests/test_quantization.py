@@ -214,7 +214,8 @@ def test_int8_matmul_same_in_eager_graph_and_xla(rng):
         np.testing.assert_array_equal(fn(x, q, s_w).numpy(), eager)
         # With offsets the graph optimizers regroup the final multiply-add (XLA makes it an
         # FMA): differences in the last ulp only.
-        np.testing.assert_allclose(fn(x, q7, s7, o7).numpy(), eager7, rtol=0, atol=4 * EPS * np.abs(eager7).max())
+        ulps = 4 * EPS * np.abs(eager7).max()
+        np.testing.assert_allclose(fn(x, q7, s7, o7).numpy(), eager7, rtol=0, atol=ulps)
         quantize = tf.function(Q.quantize_per_output_unit, jit_compile=jit)
         q_graph, s_graph = quantize(w)
         np.testing.assert_array_equal(q_graph.numpy(), q.numpy())
