@@ -25,9 +25,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
+
+from harness import WorkerFailed, run_in_worker_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -170,22 +171,23 @@ def main(argv=None) -> int:
     if args.worker:
         print(json.dumps(run_worker(args)))
         return 0
-    rows = []
-    for threads in args.threads:
-        command = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
-                   "--configs", *args.configs, "--batches", *map(str, args.batches),
+    worker_args = ["--configs", *args.configs, "--batches", *map(str, args.batches),
                    "--beam-width", str(args.beam_width), "--source-length", str(args.source_length),
                    "--output-length", str(args.output_length), "--repeats", str(args.repeats)]
-        print(f"decoding with {threads} thread(s) ...", file=sys.stderr, flush=True)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
+    rows, workers = [], []
+    for threads in args.threads:
+        try:
+            answer, info = run_in_worker_process(__file__, threads, worker_args, timeout=3600)
+        except WorkerFailed as err:
+            print(err, file=sys.stderr)
             return 1
-        rows.extend(json.loads(done.stdout.strip().splitlines()[-1]))
+        rows.extend(answer)
+        workers.append(info)
     report = {
         "benchmark": "beam search decoding, fixed output length, random weights",
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "workers": workers,
         "results": rows,
     }
     os.makedirs(os.path.dirname(args.output), exist_ok=True)

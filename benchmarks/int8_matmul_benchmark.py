@@ -44,9 +44,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
+
+from harness import WorkerFailed, run_in_worker_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -191,26 +192,19 @@ def main(argv=None) -> int:
         accuracy = [a for a in previous["accuracy"] if a["threads"] not in args.threads]
         workers = [w for w in previous.get("workers", []) if w["threads"] not in args.threads]
         tf_version = previous.get("tensorflow")
-    for threads in args.threads:
-        command = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(threads),
-                   "--rows", *map(str, args.rows), "--shapes", *args.shapes, "--variants", *args.variants,
+    worker_args = ["--rows", *map(str, args.rows), "--shapes", *args.shapes, "--variants", *args.variants,
                    "--cache", *args.cache, "--cold-mib", str(args.cold_mib),
                    "--repeats", str(args.repeats), "--seconds", str(args.seconds)]
-        print(f"timing with {threads} thread(s) ...", file=sys.stderr, flush=True)
-        load_before, started = os.getloadavg(), time.time()
-        done = subprocess.run(command, capture_output=True, text=True, timeout=7200)
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
+    for threads in args.threads:
+        try:
+            out, info = run_in_worker_process(__file__, threads, worker_args)
+        except WorkerFailed as err:
+            print(err, file=sys.stderr)
             return 1
-        out = json.loads(done.stdout.strip().splitlines()[-1])
         rows.extend(out["results"])
         accuracy.extend(out["accuracy"])
         tf_version = out["tensorflow"]
-        # Other processes on the machine skew the timings: the load average (1, 5, 15 min)
-        # includes this run's own threads.
-        workers.append({"threads": threads, "minutes": round((time.time() - started) / 60, 1),
-                        "load_average_before": [round(v, 2) for v in load_before],
-                        "load_average_after": [round(v, 2) for v in os.getloadavg()]})
+        workers.append(info)
     for reference in ("float32", "float32_xla"):
         baseline = {_key(r): r["ms"] for r in rows if r["variant"] == reference}
         for r in rows:
