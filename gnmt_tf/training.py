@@ -241,7 +241,7 @@ class Trainer:
         )
         self.best_manager = tf.train.CheckpointManager(checkpoint, layout.best_dir(model_dir), max_to_keep=1)
         self.dev_writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev"))
-        self.translator = Translator(self.model, tokenizer, max_length_ratio=config.decoding.max_length_ratio)
+        self.translator = Translator(self.model, tokenizer, config.decoding)
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
         self._restore()

@@ -58,13 +58,10 @@ class Translator:
         batch_size: int = 32,
         max_input_length: int = 250,
         truncate_long_inputs: bool = True,
-        max_length_ratio: Optional[float] = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.decoding = decoding or DecodingConfig()
-        if max_length_ratio is not None:
-            self.decoding = DecodingConfig(**{**self.decoding.__dict__, "max_length_ratio": max_length_ratio})
         self.batch_size = batch_size
         self.max_input_length = max_input_length
         self.truncate_long_inputs = truncate_long_inputs
