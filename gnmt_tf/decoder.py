@@ -27,6 +27,7 @@ import tf_keras as keras
 from gnmt_tf.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
+from gnmt_tf.int8_inference import dense_product
 from gnmt_tf.stack import LSTMState, ResidualLSTMStack, build_sublayer, run_over_time
 
 
@@ -88,7 +89,7 @@ class GNMTDecoder(keras.layers.Layer):
 
     # ----------------------------------------------------------------- shared pieces
     def _logits(self, top: tf.Tensor, training=None) -> tf.Tensor:
-        logits = self.softmax_projection(self.output_dropout(top, training=training))
+        logits = dense_product(self.softmax_projection, self.output_dropout(top, training=training))
         gamma = tf.cast(self.config.logit_clip, logits.dtype)
         return tf.clip_by_value(logits, -gamma, gamma)  # eq. 13
 

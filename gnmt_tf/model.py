@@ -26,6 +26,7 @@ from gnmt_tf.cell import uniform_initializer
 from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.decoder import DecoderState, GNMTDecoder
 from gnmt_tf.encoder import GNMTEncoder
+from gnmt_tf.int8_inference import embedding_lookup
 from gnmt_tf.stack import build_sublayer
 from gnmt_tf.vocab import PAD_ID
 
@@ -100,7 +101,7 @@ class GNMT(keras.Model):
         memory = self.encode(source_ids, training=training)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
         return self.decoder(
-            self.target_embedding(target_input_ids),
+            embedding_lookup(self.target_embedding, target_input_ids),
             mask=tf.not_equal(target_input_ids, PAD_ID),
             memory=memory,
             training=training,
@@ -151,7 +152,7 @@ class GNMT(keras.Model):
         """Encode source ids [batch, src]; attention keys are projected here, once per sentence."""
         source_ids = tf.convert_to_tensor(source_ids)
         mask = tf.not_equal(source_ids, PAD_ID)
-        outputs = self.encoder(self.source_embedding(source_ids), mask=mask, training=training)
+        outputs = self.encoder(embedding_lookup(self.source_embedding, source_ids), mask=mask, training=training)
         return self.decoder.attention.memory(outputs, mask)
 
     def initial_state(self, memory: AttentionMemory) -> DecoderState:
@@ -160,7 +161,7 @@ class GNMT(keras.Model):
 
     def step(self, state: DecoderState, token_ids) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state)."""
-        embedded = self.target_embedding(tf.convert_to_tensor(token_ids))
+        embedded = embedding_lookup(self.target_embedding, tf.convert_to_tensor(token_ids))
         return self.decoder.step(state, embedded)
 
     # ------------------------------------------------------------------ delta (eq. 10)

@@ -1,0 +1,90 @@
+"""Int8Weights: the model computes with eq. 12 weights inside ``active()``, and only there."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gnmt_tf.int8_inference import Int8Weights
+from gnmt_tf.model import GNMT
+from helpers import random_ids, tiny_model_config
+
+
+def eq12_roundtrip(kernel, axis):
+    """NumPy: quantize with one scale per slice along ``axis`` kept, then dequantize."""
+    scales = np.abs(kernel).max(axis=axis, keepdims=True)
+    return np.round(kernel / scales * 127.0) * (scales / 127.0)
+
+
+@pytest.fixture
+def model():
+    # Large weights, so that the int8 rounding is visible in the logits.
+    model = GNMT(tiny_model_config(init_scale=0.5))
+    model.build()
+    return model
+
+
+def forward_logits(model, source, target):
+    logits, _ = model.forward(source, target)
+    return logits.numpy()
+
+
+def test_float_products_equal_a_model_with_numpy_fake_quantized_weights(model, rng):
+    source = random_ids(rng, 3, 7, model.model_config.vocab_size)
+    target = random_ids(rng, 3, 5, model.model_config.vocab_size)
+    int8 = Int8Weights(model)
+    with int8.active("float"):
+        quantized = forward_logits(model, source, target)
+    float_logits = forward_logits(model, source, target)  # the context is gone again
+
+    # Independent reference: a clone whose weights are replaced by NumPy's eq. 12 round trip.
+    reference = GNMT(tiny_model_config(init_scale=0.5))
+    reference.build()
+    weights = []
+    for variable in model.weights:
+        value = variable.numpy()
+        name = variable.name
+        if name.endswith("embeddings:0"):
+            value = eq12_roundtrip(value, axis=1)  # one scale per token row
+        elif name.endswith(("/kernel:0", "/recurrent_kernel:0")) and "attention" not in name:
+            value = eq12_roundtrip(value, axis=0)  # one scale per output unit
+        weights.append(value)
+    reference.set_weights(weights)
+    effect = np.abs(quantized - float_logits).max()
+    assert effect > 1e-3  # quantization really changed something
+    np.testing.assert_allclose(quantized, forward_logits(reference, source, target), atol=effect / 100)
+
+
+def test_int8_products_differ_from_float_products_only_by_activation_rounding(model, rng):
+    source = random_ids(rng, 2, 6, model.model_config.vocab_size)
+    target = random_ids(rng, 2, 4, model.model_config.vocab_size)
+    int8 = Int8Weights(model)
+    with int8.active("float"):
+        dequantized = forward_logits(model, source, target)
+    with int8.active("int8"):
+        integer = forward_logits(model, source, target)
+    difference = np.abs(integer - dequantized)
+    assert 0 < difference.max() < 0.05 * np.abs(dequantized).max()
+
+
+def test_graphs_traced_inside_the_context_capture_only_int8_weights(model):
+    int8 = Int8Weights(model)
+    source = tf.constant([[5, 6, 2]])
+    with int8.active("int8"):
+        concrete = tf.function(lambda s: model.encode(s).values).get_concrete_function(source)
+    captured = {v.ref() for v in concrete.variables}
+    replaced = [v for v in model.variables if int8.replaces(v)]
+    assert replaced and not any(v.ref() in captured for v in replaced)
+    assert any(v.dtype == tf.int8 for v in concrete.variables)
+    kept = set(v.ref() for v in int8.kept_float_variables(model))
+    assert all(v.ref() in kept or v.dtype == tf.int8 or any(v is w for w in int8.variables_int8)
+               for v in concrete.variables)
+
+
+def test_size_and_bad_arguments(model):
+    sizes = Int8Weights(model).size_bytes(model)
+    assert sizes["int8_bytes"] < sizes["float32_bytes"] / 2
+    with pytest.raises(ValueError, match="method must be one of"):
+        Int8Weights(model, method="per_tensor")
+    with pytest.raises(ValueError, match="products must be one of"):
+        with Int8Weights(model).active("int4"):
+            pass
