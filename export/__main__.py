@@ -18,17 +18,40 @@ FORMATS = ("saved_model", "tflite")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m export",
+        epilog="examples:\n"
+        "  python -m export --model-dir runs/en-fr --output models/gnmt --format saved_model\n"
+        "  python -m export --model-dir runs/en-fr --output models/gnmt_tflite --format tflite --quantize int8",
         description=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
     parser.add_argument("--output", required=True, metavar="BASE/NAME", help="model base path; versions go below it")
     parser.add_argument("--format", required=True, help=f"artifact format: {', '.join(FORMATS)}")
-    parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="weight quantization")
+    parser.add_argument(
+        "--quantize", choices=("none", "int8"), default="none",
+        help="int8: eq. 12 weights (one scale per output unit), checked against the float model's dev BLEU",
+    )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
     parser.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     parser.add_argument("--beam-width", type=int, default=None, help="beam width built into the export")
     parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
+    parser.add_argument(
+        "--bleu-tolerance", type=float, default=0.5,
+        help="int8: largest dev BLEU drop from the float model accepted (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--bleu-sentences", type=int, default=500, help="int8: dev sentences of the BLEU check (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--int8-products", choices=("float", "int8"), default="float",
+        help="saved_model int8: multiply the dequantized weights in float32 (default; faster on x86 CPUs) "
+        "or int8 x int8 with int32 accumulation as in section 6",
+    )
+    parser.add_argument(
+        "--xla", action="store_true",
+        help="saved_model: compile the decoding step with XLA (faster for large models; TF Serving then "
+        "needs --xla_cpu_compilation_enabled)",
+    )
     return parser
 
 
@@ -45,16 +68,20 @@ def main(argv=None) -> int:
     if args.format not in EXPORTERS:
         print(f"error: the {args.format} exporter is not available in this version", file=sys.stderr)
         return 2
-    if args.quantize != "none":
-        print("error: --quantize int8 is not available in this version; export float (--quantize none)",
-              file=sys.stderr)
-        return 2
     if args.version is not None and args.version < 1:
         print(f"error: --version must be a positive integer, got {args.version}", file=sys.stderr)
         return 2
+    if args.xla and args.format != "saved_model":
+        print("error: --xla applies to --format saved_model only", file=sys.stderr)
+        return 2
+    if args.bleu_tolerance < 0 or args.bleu_sentences < 1:
+        print("error: --bleu-tolerance must be >= 0 and --bleu-sentences >= 1", file=sys.stderr)
+        return 2
     request = ExportRequest(
         model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
-        beam_width=args.beam_width, verify_sentences=args.verify_sentences,
+        beam_width=args.beam_width, verify_sentences=args.verify_sentences, quantize=args.quantize,
+        int8_products=args.int8_products, xla=args.xla, bleu_tolerance=args.bleu_tolerance,
+        bleu_sentences=args.bleu_sentences,
     )
     try:
         export(request, args.format)

@@ -6,10 +6,25 @@ hidden temporary directory next to it, checked, and only then renamed into
 place, so a server watching ``BASE/NAME`` never sees a half-written or
 unverified version, and a failed export leaves nothing behind.
 
-The check: a few dev sentences are translated with the exported artifact, as
-a client would load it, and with the Keras model through
-:class:`gnmt_tf.translator.Translator` with the same beam settings; float
-exports must give identical strings.
+The check, before an export is declared done: dev sentences are translated
+with the exported artifact, as a client would load it, and with the Keras model
+through :class:`gnmt_tf.translator.Translator` with the same beam settings.
+Float exports must give identical strings on a few sentences; int8 exports
+must keep corpus BLEU on the dev set (``dev.tsv`` in the model directory)
+within ``bleu_tolerance`` of the float model's.
+
+int8 (``quantize="int8"``), per format, the path measured fastest on CPU
+(benchmarks/README.md):
+
+* ``saved_model``: eq. 12 storage (:class:`gnmt_tf.int8_inference.Int8Weights`:
+  int8 LSTM, softmax and embedding weights with one float scale per output
+  unit or token). ``int8_products="float"`` (default) dequantizes them once per
+  request and multiplies in float32, because TensorFlow's int8 products are
+  slower than float32 on x86 CPUs; ``"int8"`` runs section 6's int8 x int8
+  products. ``xla`` compiles the decoding step.
+* ``tflite``: the converter's dynamic-range quantization: int8 weights with
+  one scale per output channel (eq. 12's rule; checked in the tests),
+  activations quantized on the fly, int8 kernels in the interpreter.
 """
 
 from __future__ import annotations
@@ -18,7 +33,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Type
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
@@ -37,6 +52,11 @@ class ExportRequest:
     checkpoint: str = "best"
     beam_width: Optional[int] = None
     verify_sentences: int = 8
+    quantize: str = "none"  # or "int8"
+    int8_products: str = "float"  # saved_model int8: "float" (dequantized once) or "int8"
+    xla: bool = False  # saved_model: compile the decoding step with XLA
+    bleu_tolerance: float = 0.5  # int8: largest dev BLEU drop accepted
+    bleu_sentences: int = 500  # int8: dev sentences the BLEU check translates
     log: Callable[[str], None] = print
 
 
@@ -48,25 +68,42 @@ def next_version(base: str) -> int:
     return max(versions, default=0) + 1
 
 
-def verification_sentences(model_dir: str, count: int) -> List[str]:
-    """The first ``count`` dev sources kept with the model, plus the edge cases."""
-    sentences: List[str] = []
+def dev_pairs(model_dir: str, count: int) -> List[Tuple[str, str]]:
+    """The first ``count`` (source, reference) pairs of the dev split kept with the model."""
+    pairs: List[Tuple[str, str]] = []
     path = os.path.join(model_dir, "dev.tsv")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             for line in handle:
-                source = line.split("\t", 1)[0].strip()
-                if source:
-                    sentences.append(source)
-                if len(sentences) >= count:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) == 2 and fields[0].strip():
+                    pairs.append((fields[0].strip(), fields[1]))
+                if len(pairs) >= count:
                     break
-    return sentences + ["", "a"]
+    return pairs
+
+
+def verification_sentences(model_dir: str, count: int) -> List[str]:
+    """The first ``count`` dev sources kept with the model, plus the edge cases."""
+    return [source for source, _ in dev_pairs(model_dir, count)] + ["", "a"]
+
+
+def _batches(sentences: Sequence[str], size: int = 32) -> List[List[str]]:
+    sentences = list(sentences)
+    return [sentences[i : i + size] for i in range(0, len(sentences), size)]
 
 
 class Exporter:
     """Writes one artifact format into a directory and translates with it to check it."""
 
     format_name = ""
+
+    def __init__(self, request: ExportRequest):
+        self.request = request
+
+    def module(self, model, tokenizer, decoding) -> ExportableTranslator:
+        """The translator module this format converts."""
+        return ExportableTranslator(model, tokenizer, decoding)
 
     def write(self, translator: ExportableTranslator, directory: str) -> None:
         raise NotImplementedError
@@ -81,13 +118,25 @@ class SavedModelExporter(Exporter):
 
     format_name = "saved_model"
 
+    def module(self, model, tokenizer, decoding):
+        from gnmt_tf.int8_inference import Int8Weights
+
+        int8 = Int8Weights(model) if self.request.quantize == "int8" else None
+        return ExportableTranslator(
+            model, tokenizer, decoding, int8_weights=int8, int8_products=self.request.int8_products,
+            jit_step=self.request.xla,
+        )
+
     def write(self, translator, directory):
         tf.saved_model.save(translator, directory, signatures=translator.signatures())
 
     def translate(self, directory, sentences):
-        loaded = tf.saved_model.load(directory)
-        outputs = loaded.signatures["serving_default"](sentences=tf.constant(list(sentences), tf.string))
-        return [text.decode("utf-8") for text in outputs["translations"].numpy()]
+        translate = tf.saved_model.load(directory).signatures["serving_default"]
+        translations = []
+        for batch in _batches(sentences):
+            outputs = translate(sentences=tf.constant(batch, tf.string))
+            translations += [text.decode("utf-8") for text in outputs["translations"].numpy()]
+        return translations
 
 
 class TFLiteExporter(Exporter):
@@ -100,7 +149,7 @@ class TFLiteExporter(Exporter):
     def write(self, translator, directory):
         from export.tflite import convert_to_tflite, list_ops
 
-        content = convert_to_tflite(translator)  # refuses any op outside the allowed set
+        content = convert_to_tflite(translator, self.request.quantize)  # refuses any op outside the allowed set
         os.makedirs(directory)
         with open(os.path.join(directory, self.MODEL_FILE), "wb") as handle:
             handle.write(content)
@@ -110,21 +159,34 @@ class TFLiteExporter(Exporter):
     def translate(self, directory, sentences):
         from export.tflite import TFLiteTranslator
 
-        translations, _ = TFLiteTranslator(os.path.join(directory, self.MODEL_FILE)).translate(list(sentences))
-        return translations
+        translator = TFLiteTranslator(os.path.join(directory, self.MODEL_FILE))
+        return [text for batch in _batches(sentences) for text in translator.translate(batch)[0]]
 
 
 EXPORTERS: Dict[str, Type[Exporter]] = {"saved_model": SavedModelExporter, "tflite": TFLiteExporter}
 
 
+def _validate(request: ExportRequest, format_name: str) -> None:
+    if format_name not in EXPORTERS:
+        raise ExportError(f"unknown format {format_name!r}; known formats: {', '.join(sorted(EXPORTERS))}")
+    if request.quantize not in QUANTIZE:
+        raise ExportError(f"unknown quantization {request.quantize!r}; choose one of: {', '.join(QUANTIZE)}")
+    if request.int8_products not in ("float", "int8"):
+        raise ExportError(f"int8 products must be 'float' or 'int8', got {request.int8_products!r}")
+    if request.xla and format_name != "saved_model":
+        raise ExportError("XLA compilation applies to the saved_model format only")
+    if request.bleu_tolerance < 0:
+        raise ExportError(f"the BLEU tolerance must be >= 0, got {request.bleu_tolerance}")
+    if request.version is not None and request.version < 1:
+        raise ExportError(f"the version must be a positive integer, got {request.version}")
+
+
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
     from gnmt_tf.model_dir import load_model_dir
-    from gnmt_tf.translator import Translator
 
-    if format_name not in EXPORTERS:
-        raise ExportError(f"unknown format {format_name!r}; known formats: {', '.join(sorted(EXPORTERS))}")
-    exporter = EXPORTERS[format_name]()
+    _validate(request, format_name)
+    exporter = EXPORTERS[format_name](request)
     version = request.version if request.version is not None else next_version(request.output)
     target = os.path.join(request.output, str(version))
     if os.path.exists(target):
@@ -136,27 +198,73 @@ def export(request: ExportRequest, format_name: str) -> str:
     decoding = config.decoding
     if request.beam_width:
         decoding = type(decoding)(**{**decoding.__dict__, "beam_width": request.beam_width})
-    translator = ExportableTranslator(model, tokenizer, decoding)
+    translator = exporter.module(model, tokenizer, decoding)
 
     os.makedirs(request.output, exist_ok=True)
     staging = os.path.join(request.output, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        request.log(f"writing {format_name} to {staging}")
+        request.log(f"writing {format_name}{' int8' if request.quantize == 'int8' else ''} to {staging}")
         exporter.write(translator, staging)
-        sentences = verification_sentences(request.model_dir, request.verify_sentences)
-        expected = Translator(model, tokenizer, decoding).translate(sentences)
-        got = exporter.translate(staging, sentences)
-        mismatches = [(s, e, g) for s, e, g in zip(sentences, expected, got) if e != g]
-        if mismatches:
-            details = "; ".join(f"{s!r}: model {e!r} vs export {g!r}" for s, e, g in mismatches[:3])
-            raise ExportError(
-                f"the exported {format_name} translates {len(mismatches)} of {len(sentences)} check sentences "
-                f"differently from the model: {details}"
-            )
-        request.log(f"checked: {len(sentences)} sentences translate identically")
+        request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
+        if request.quantize == "int8":
+            _check_bleu(request, exporter, staging, model, tokenizer, decoding)
+        else:
+            _check_identical(request, exporter, staging, model, tokenizer, decoding)
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     request.log(f"exported {target}")
     return target
+
+
+QUANTIZE = ("none", "int8")
+
+
+def directory_bytes(path: str) -> int:
+    """Total size of the files below ``path``."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def _check_identical(request, exporter, staging, model, tokenizer, decoding) -> None:
+    """Float: the export must translate a few dev sentences exactly like the Keras model."""
+    from gnmt_tf.translator import Translator
+
+    sentences = verification_sentences(request.model_dir, request.verify_sentences)
+    expected = Translator(model, tokenizer, decoding).translate(sentences)
+    got = exporter.translate(staging, sentences)
+    mismatches = [(s, e, g) for s, e, g in zip(sentences, expected, got) if e != g]
+    if mismatches:
+        details = "; ".join(f"{s!r}: model {e!r} vs export {g!r}" for s, e, g in mismatches[:3])
+        raise ExportError(
+            f"the exported {exporter.format_name} translates {len(mismatches)} of {len(sentences)} check "
+            f"sentences differently from the model: {details}"
+        )
+    request.log(f"checked: {len(sentences)} sentences translate identically")
+
+
+def _check_bleu(request, exporter, staging, model, tokenizer, decoding) -> None:
+    """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
+    from gnmt_tf.evaluation import corpus_bleu
+    from gnmt_tf.translator import Translator
+
+    pairs = dev_pairs(request.model_dir, request.bleu_sentences)
+    if not pairs:
+        raise ExportError(
+            f"{request.model_dir} has no dev.tsv to check the int8 export's BLEU against; "
+            f"int8 exports are only made from model directories written by python -m gnmt_tf.train"
+        )
+    sources = [source for source, _ in pairs]
+    references = [reference for _, reference in pairs]
+    request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
+    float_bleu = corpus_bleu(Translator(model, tokenizer, decoding).translate(sources), references).score
+    int8_bleu = corpus_bleu(exporter.translate(staging, sources), references).score
+    drop = float_bleu - int8_bleu
+    if drop > request.bleu_tolerance:
+        raise ExportError(
+            f"the int8 {exporter.format_name} loses {drop:.2f} BLEU on {len(pairs)} dev sentences "
+            f"(float {float_bleu:.2f}, int8 {int8_bleu:.2f}), more than the tolerance {request.bleu_tolerance}; "
+            f"fine-tune with quantization-aware training first, or raise --bleu-tolerance"
+        )
+    request.log(f"checked: dev BLEU float {float_bleu:.2f}, int8 {int8_bleu:.2f} (drop {drop:+.2f}, "
+                f"tolerance {request.bleu_tolerance})")

@@ -139,13 +139,13 @@ def tflite_translate_function(translator_module):
     from gnmt_tf.stack import tflite_compatible_loops
 
     function = tf.function(
-        translator_module.translate.python_function, input_signature=translator_module.translate.input_signature
+        translator_module.translate_with_defaults, input_signature=translator_module.translate.input_signature
     )
     with tflite_compatible_loops():
         return function.get_concrete_function()
 
 
-def convert_to_tflite(translator_module) -> bytes:
+def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
 
     ``translator_module`` is an :class:`export.translator_module.ExportableTranslator`. The result has
@@ -159,6 +159,10 @@ def convert_to_tflite(translator_module) -> bytes:
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], translator_module)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # the tensorflow-text kernels are custom ops; check_ops polices the rest
+    if quantize == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantize != "none":
+        raise ValueError(f"quantize must be 'none' or 'int8', got {quantize!r}")
     model = converter.convert()
     check_ops(list_ops(model))
     return model
@@ -174,7 +178,6 @@ class TFLiteTranslator:
     """
 
     def __init__(self, model: Union[bytes, str, os.PathLike], num_threads: int = 1, xnnpack: bool = True):
-        import tensorflow_text  # noqa: F401  (the registrar lives in tensorflow_text)
         from ai_edge_litert.interpreter import InterpreterWithCustomOps, OpResolverType
         from tensorflow_text import tflite_registrar
 
@@ -200,3 +203,35 @@ class TFLiteTranslator:
         outputs = self.runner(sentences=np.array([s.encode("utf-8") for s in sentences], dtype=object))
         texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in outputs["translations"].tolist()]
         return texts, [float(s) for s in outputs["scores"].tolist()]
+
+
+def int8_weight_tensors(tflite_bytes: bytes) -> List[dict]:
+    """The int8 constant tensors of every subgraph (weights quantized by the converter).
+
+    Each entry: ``name``, ``shape``, ``values`` (int8 array), ``scales`` (float32, one per
+    channel, or one for the whole tensor), ``quantized_dimension``. TFLite's FULLY_CONNECTED
+    weights are ``[output, input]``, so per-channel scales along dimension 0 are eq. 12's one
+    scale per output unit (row).
+    """
+    schema = _schema()
+    model = schema.Model.GetRootAsModel(bytearray(tflite_bytes), 0)
+    found = []
+    for s in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(s)
+        for t in range(subgraph.TensorsLength()):
+            tensor = subgraph.Tensors(t)
+            if tensor.Type() != schema.TensorType.INT8:
+                continue
+            data = model.Buffers(tensor.Buffer()).DataAsNumpy()
+            quantization = tensor.Quantization()
+            if isinstance(data, int) or quantization is None or quantization.ScaleLength() == 0:
+                continue  # not a constant, or not a quantized one
+            shape = tensor.ShapeAsNumpy().tolist()
+            found.append({
+                "name": tensor.Name().decode("utf-8"),
+                "shape": shape,
+                "values": data.view(np.int8).reshape(shape),
+                "scales": quantization.ScaleAsNumpy().astype(np.float32),
+                "quantized_dimension": quantization.QuantizedDimension(),
+            })
+    return found

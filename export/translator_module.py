@@ -18,16 +18,25 @@ Functions (also the SavedModel signatures):
 
 The beam width and n_best are fixed when the module is built (they set tensor
 shapes); alpha, beta and beamsize are inputs.
+
+With ``int8_weights`` (:class:`gnmt_tf.int8_inference.Int8Weights`) the
+functions compute with eq. 12's int8 weights and the module tracks only those
+plus the weights kept in float, so a SavedModel of it stores int8. With
+``jit_step`` each decoding step (the LSTM layers, attention and softmax,
+not the tokenizer) is compiled with XLA; a TF Serving binary then needs XLA
+on CPU enabled (``--xla_cpu_compilation_enabled``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import tensorflow as tf
 
 from gnmt_tf.beam_search import beam_search
 from gnmt_tf.config import DecodingConfig
+from gnmt_tf.int8_inference import Int8Weights
 from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -45,12 +54,19 @@ class ExportableTranslator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
+                 int8_weights: Optional[Int8Weights] = None, int8_products: str = "int8", jit_step: bool = False,
                  name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
         # run Keras' own (legacy) model serialization, which the functions below do not need.
         object.__setattr__(self, "model", model)
-        self.model_variables = list(model.variables)
+        if int8_weights is None:
+            self.model_variables = list(model.variables)
+        else:  # the float weights that int8 replaces are neither used nor saved
+            self.model_variables = int8_weights.kept_float_variables(model)
+        self.int8_weights = int8_weights
+        self.int8_products = int8_products
+        self.jit_step = jit_step
         self.tokenizer = tokenizer
         self.beam_width = decoding.beam_width
         self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
@@ -84,12 +100,14 @@ class ExportableTranslator(tf.Module):
 
     def search(self, sentences, alpha, beta, beamsize, n_best, return_attention):
         source_ids = self.source_ids(sentences)
-        memory = self.model.encode(source_ids, training=False)
-        output = beam_search(
-            self.model.step, self.model.initial_state(memory), memory.mask, self.beam_width,
-            alpha=alpha, beta=beta, beamsize=beamsize, max_length_ratio=self.max_length_ratio, n_best=n_best,
-            return_attention=return_attention,
-        )
+        with self.int8_weights.active(self.int8_products) if self.int8_weights is not None else contextlib.nullcontext():
+            memory = self.model.encode(source_ids, training=False)
+            step = tf.function(self.model.step, jit_compile=True) if self.jit_step else self.model.step
+            output = beam_search(
+                step, self.model.initial_state(memory), memory.mask, self.beam_width,
+                alpha=alpha, beta=beta, beamsize=beamsize, max_length_ratio=self.max_length_ratio, n_best=n_best,
+                return_attention=return_attention,
+            )
         return source_ids, output
 
     def _detokenize_nbest(self, ids):
@@ -108,9 +126,17 @@ class ExportableTranslator(tf.Module):
         scores = tf.where(empty, tf.zeros_like(output.scores[:, 0]), output.scores[:, 0])
         return {"translations": translations, "scores": scores}
 
+    def _default_options(self):
+        return tuple(tf.constant(value) for value in self._defaults)
+
     def _translate(self, sentences):
-        alpha, beta, beamsize = self._defaults
-        return self._translate_with_options(sentences, tf.constant(alpha), tf.constant(beta), tf.constant(beamsize))
+        # A call of the translate_with_options function rather than its Python body: the saved
+        # graph then holds the search once for both signatures.
+        return self.translate_with_options(sentences, *self._default_options())
+
+    def translate_with_defaults(self, sentences):
+        """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite)."""
+        return self._translate_with_options(sentences, *self._default_options())
 
     def _translate_nbest(self, sentences, alpha, beta, beamsize):
         source_ids, output = self.search(sentences, alpha, beta, beamsize, n_best=self.n_best, return_attention=True)
@@ -127,9 +153,14 @@ class ExportableTranslator(tf.Module):
         }
 
     def signatures(self):
-        """The SavedModel signatures: serving_default, translate_with_options, translate_nbest."""
+        """The SavedModel signatures: serving_default, translate_with_options, translate_nbest.
+
+        The functions themselves, not concrete functions: ``tf.saved_model.save`` traces them
+        in its save context, and a concrete function traced outside it would be a second copy
+        of the whole graph in saved_model.pb.
+        """
         return {
-            "serving_default": self.translate.get_concrete_function(),
-            "translate_with_options": self.translate_with_options.get_concrete_function(),
-            "translate_nbest": self.translate_nbest.get_concrete_function(),
+            "serving_default": self.translate,
+            "translate_with_options": self.translate_with_options,
+            "translate_nbest": self.translate_nbest,
         }

@@ -45,7 +45,8 @@ def trained_number_model(tmp_path_factory):
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
-    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:
-        for source, target in dev_pairs:
-            handle.write(f"{source}\t{target}\n")
+    for name in ("test.tsv", "dev.tsv"):  # dev.tsv as python -m gnmt_tf.train keeps it with the model
+        with open(f"{model_dir}/{name}", "w", encoding="utf-8") as handle:
+            for source, target in dev_pairs:
+                handle.write(f"{source}\t{target}\n")
     return model_dir, result

@@ -1,0 +1,184 @@
+"""int8 exports (section 6): eq. 12 weights inside the artifacts, size, and BLEU against float."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes, export
+from gnmt_tf.evaluation import corpus_bleu
+from gnmt_tf.model_dir import load_model_dir
+from gnmt_tf.translator import Translator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def numpy_eq12(kernel):
+    """Eq. 12 for a Keras kernel [input, output]: one scale per output unit (column)."""
+    scales = np.abs(kernel).max(axis=0)
+    return np.round(kernel / scales * 127.0).astype(np.int8), scales
+
+
+def read_pairs(path):
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n").split("\t") for line in handle if line.strip()]
+
+
+def run_export(*args):
+    return subprocess.run([sys.executable, "-m", "export", *args], env=ENV, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def int8_exports(trained_number_model, tmp_path_factory):
+    """Both formats exported int8 through the command line (which checks dev BLEU itself)."""
+    model_dir, _ = trained_number_model
+    base = tmp_path_factory.mktemp("int8")
+    paths = {}
+    for format_name in ("saved_model", "tflite"):
+        if format_name == "tflite":
+            pytest.importorskip("ai_edge_litert")
+        output = str(base / format_name)
+        result = run_export("--model-dir", model_dir, "--output", output, "--format", format_name, "--quantize", "int8")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "checked: dev BLEU float" in result.stdout
+        paths[format_name] = os.path.join(output, "1")
+    return model_dir, paths
+
+
+def test_saved_model_int8_translates_within_tolerance_of_float(int8_exports):
+    model_dir, paths = int8_exports
+    pairs = read_pairs(os.path.join(model_dir, "test.tsv"))
+    sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
+    model, tokenizer, config = load_model_dir(model_dir)
+    float_bleu = corpus_bleu(Translator(model, tokenizer, config.decoding).translate(sources), references).score
+    translate = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
+    int8_out = [t.decode() for t in translate(sentences=tf.constant(sources))["translations"].numpy()]
+    int8_bleu = corpus_bleu(int8_out, references).score
+    assert float_bleu > 80  # a model that really translates, so the comparison means something
+    assert int8_bleu >= float_bleu - 0.5
+
+
+def test_tflite_int8_translates_within_tolerance_of_float(int8_exports):
+    from export.tflite import TFLiteTranslator
+
+    model_dir, paths = int8_exports
+    pairs = read_pairs(os.path.join(model_dir, "test.tsv"))
+    sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
+    model, tokenizer, config = load_model_dir(model_dir)
+    float_bleu = corpus_bleu(Translator(model, tokenizer, config.decoding).translate(sources), references).score
+    translator = TFLiteTranslator(os.path.join(paths["tflite"], TFLiteExporter.MODEL_FILE))
+    int8_out = [t for i in range(0, len(sources), 32) for t in translator.translate(sources[i : i + 32])[0]]
+    assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
+    ops = open(os.path.join(paths["tflite"], TFLiteExporter.OPS_FILE), encoding="utf-8").read().split()
+    assert not any(op.startswith("Flex") for op in ops)
+
+
+def test_saved_model_stores_eq12_int8_weights(int8_exports):
+    """The variables inside the SavedModel are eq. 12 of the trained kernels, recomputed in NumPy."""
+    model_dir, paths = int8_exports
+    model, _, _ = load_model_dir(model_dir)
+    loaded = tf.saved_model.load(paths["saved_model"])
+    stored = {v.name: v.numpy() for v in list(loaded.model_variables) + list(loaded.int8_weights.variables_int8)}
+    kernels = [v for v in model.variables if v.name.endswith(("/kernel:0", "/recurrent_kernel:0"))]
+    kernels = [v for v in kernels if "attention" not in v.name]
+    assert len(kernels) == 2 * 7 + 1  # 4 encoder cells (bottom: 2 directions), 3 decoder cells, softmax
+    for variable in kernels:
+        base = variable.name[: -len(":0")].replace("/", "_")
+        codes, scales = stored[f"{base}_q:0"], stored[f"{base}_scale:0"]
+        expected_codes, expected_scales = numpy_eq12(variable.numpy())
+        assert codes.dtype == np.int8
+        np.testing.assert_allclose(scales, expected_scales, rtol=1e-7)
+        np.testing.assert_array_equal(codes, expected_codes)
+        # The round trip: dequantized weights within half a step of the float ones.
+        error = np.abs(codes * (scales / 127.0) - variable.numpy())
+        assert np.all(error <= scales / 254.0 * (1 + 1e-5))
+    # The float kernels it replaces are not in the artifact; the attention stays float.
+    assert not any(name.endswith("/recurrent_kernel:0") for name in stored)
+    assert any(stored[name].dtype == np.float32 for name in stored if "attention" in name)
+
+
+def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports):
+    """TFLite's dynamic-range weights: one scale per output row, codes equal to eq. 12 in NumPy."""
+    from export.tflite import int8_weight_tensors
+
+    model_dir, paths = int8_exports
+    model, _, _ = load_model_dir(model_dir)
+    with open(os.path.join(paths["tflite"], TFLiteExporter.MODEL_FILE), "rb") as handle:
+        tensors = int8_weight_tensors(handle.read())
+    lstm = [v for v in model.variables if v.name.endswith(("/kernel:0", "/recurrent_kernel:0"))]
+    lstm = [v for v in lstm if "attention" not in v.name and v.shape.num_elements() >= 1024]
+    assert lstm
+    for variable in lstm:
+        rows = variable.numpy().T  # TFLite keeps FULLY_CONNECTED weights as [output, input]
+        expected_codes, expected_scales = numpy_eq12(variable.numpy())
+        candidates = [
+            t for t in tensors
+            if t["shape"] == list(rows.shape) and len(t["scales"]) == rows.shape[0] and t["quantized_dimension"] == 0
+            and np.allclose(t["scales"] * 127.0, expected_scales, rtol=1e-6)
+        ]
+        assert candidates, f"no per-row int8 tensor for {variable.name}"
+        difference = np.abs(candidates[0]["values"].astype(int) - expected_codes.T.astype(int))
+        assert difference.max() <= 1  # TFLite rounds ties away from zero, NumPy to even
+        assert (difference > 0).mean() < 1e-3
+
+
+def test_int8_artifacts_are_at_least_3x_smaller(trained_number_model, tmp_path):
+    """Whole artifacts on disk, float vs int8, for a model whose weights outweigh its graph."""
+    from gnmt_tf.config import load_config
+    from gnmt_tf.model import GNMT
+
+    model_dir, _ = trained_number_model
+    _, tokenizer, config = load_model_dir(model_dir)
+    model_config = load_config("tiny", {"model.units": 320, "model.attention_units": 64,
+                                         "model.vocab_size": tokenizer.vocab_size}).model
+    model = GNMT(model_config)
+    model.build()
+    sizes = {}
+    for exporter_class in (SavedModelExporter, TFLiteExporter):
+        if exporter_class is TFLiteExporter:
+            pytest.importorskip("ai_edge_litert")
+        for quantize in ("none", "int8"):
+            exporter = exporter_class(ExportRequest(model_dir="", output="", quantize=quantize))
+            directory = str(tmp_path / f"{exporter.format_name}_{quantize}")
+            exporter.write(exporter.module(model, tokenizer, config.decoding), directory)
+            sizes[exporter.format_name, quantize] = directory_bytes(directory)
+    for format_name in ("saved_model", "tflite"):
+        ratio = sizes[format_name, "none"] / sizes[format_name, "int8"]
+        assert ratio >= 3.0, f"{format_name}: float {sizes[format_name, 'none']} B, int8 {sizes[format_name, 'int8']} B"
+
+
+def test_int8_bleu_check_rejects_a_drop_beyond_the_tolerance(trained_number_model, tmp_path, monkeypatch):
+    """The exporter's BLEU gate fails loudly and leaves nothing behind when int8 loses too much."""
+    model_dir, _ = trained_number_model
+    logs = []
+    # Make the artifact translate badly: every translation loses its last word.
+    original = SavedModelExporter.translate
+    monkeypatch.setattr(SavedModelExporter, "translate",
+                        lambda self, d, s: [" ".join(t.split()[:-1]) for t in original(self, d, s)])
+    request = ExportRequest(model_dir=model_dir, output=str(tmp_path / "m"), quantize="int8", log=logs.append)
+    with pytest.raises(ExportError, match=r"the int8 saved_model loses .* BLEU .* more than the tolerance 0.5"):
+        export(request, "saved_model")
+    assert os.listdir(tmp_path / "m") == []
+
+
+def test_bad_int8_requests_fail_clearly(trained_number_model, tmp_path):
+    model_dir, _ = trained_number_model
+    xla_tflite = run_export("--model-dir", model_dir, "--output", str(tmp_path / "x"), "--format", "tflite", "--xla")
+    assert xla_tflite.returncode == 2 and "--xla applies to --format saved_model only" in xla_tflite.stderr
+    with pytest.raises(ExportError, match="unknown quantization 'int4'"):
+        export(ExportRequest(model_dir=model_dir, output=str(tmp_path / "y"), quantize="int4"), "saved_model")
+    # No dev split kept with the model: nothing to check int8 BLEU against.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in os.listdir(model_dir):
+        if name != "dev.tsv":
+            source = os.path.join(model_dir, name)
+            os.symlink(source, bare / name)
+    with pytest.raises(ExportError, match="has no dev.tsv to check the int8 export's BLEU"):
+        export(ExportRequest(model_dir=str(bare), output=str(tmp_path / "z"), quantize="int8", log=lambda m: None),
+               "saved_model")
