@@ -114,7 +114,11 @@ class Exporter:
 
 
 class SavedModelExporter(Exporter):
-    """A SavedModel for TF Serving: signatures serving_default, translate_with_options, translate_nbest."""
+    """A SavedModel for TF Serving: signatures serving_default, translate_with_options, translate_nbest.
+
+    With TF Serving's warm-up records (``assets.extra/tf_serving_warmup_requests``), a few dev
+    sentences through every signature, which the server replays before serving the version.
+    """
 
     format_name = "saved_model"
 
@@ -128,7 +132,12 @@ class SavedModelExporter(Exporter):
         )
 
     def write(self, translator, directory):
+        from export.warmup import translator_warmup_requests, write_warmup_requests
+
         tf.saved_model.save(translator, directory, signatures=translator.signatures())
+        name = os.path.basename(os.path.normpath(self.request.output)) or "gnmt"
+        sentences = verification_sentences(self.request.model_dir, 8) if self.request.model_dir else []
+        write_warmup_requests(directory, translator_warmup_requests(name, sentences, translator.default_options))
 
     def translate(self, directory, sentences):
         translate = tf.saved_model.load(directory).signatures["serving_default"]

@@ -126,6 +126,11 @@ class ExportableTranslator(tf.Module):
         scores = tf.where(empty, tf.zeros_like(output.scores[:, 0]), output.scores[:, 0])
         return {"translations": translations, "scores": scores}
 
+    @property
+    def default_options(self):
+        """The config's ``alpha``, ``beta`` and ``beamsize``, as ``serving_default`` uses them."""
+        return dict(zip(("alpha", "beta", "beamsize"), self._defaults))
+
     def _default_options(self):
         return tuple(tf.constant(value) for value in self._defaults)
 

@@ -104,3 +104,25 @@ def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
 
     translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(SENTENCES)
     assert translations[0] == "trois un quatre" and translations[1] == ""
+
+
+def test_warmup_records_replay_through_the_saved_model(exported):
+    """assets.extra/tf_serving_warmup_requests: PredictionLog records that the SavedModel answers."""
+    import tensorflow as tf
+
+    from export.warmup import read_warmup_requests, warmup_path
+
+    _, base = exported
+    version = os.path.join(base, "1")
+    assert os.path.exists(warmup_path(version))
+    requests = read_warmup_requests(version)
+    assert {r.model_spec.signature_name for r in requests} == {
+        "serving_default", "translate_with_options", "translate_nbest"}
+    assert all(r.model_spec.name == "gnmt" for r in requests)
+    loaded = tf.saved_model.load(version)
+    for request in requests:
+        signature = loaded.signatures[request.model_spec.signature_name]
+        inputs = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
+        outputs = signature(**inputs)
+        assert outputs["translations"].shape[0] == inputs["sentences"].shape[0] > 0
+    assert max(len(tf.make_ndarray(r.inputs["sentences"])) for r in requests) > 1  # a batch, not only one

@@ -1,0 +1,84 @@
+"""TF Serving warm-up records: ``<version>/assets.extra/tf_serving_warmup_requests``.
+
+TF Serving replays these requests when it loads a version, before it reports
+the version AVAILABLE, so the first real request does not pay for the
+translator's first run (graph optimisation, memory pools, and with ``--xla``
+the compilation of the decoding step for those shapes). The file is a
+TFRecord of ``tensorflow_serving.apis.prediction_log_pb2.PredictionLog``
+messages, each holding one ``PredictRequest``; TF Serving accepts at most
+1000 of them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, List, Sequence
+
+WARMUP_DIR = "assets.extra"
+WARMUP_FILE = "tf_serving_warmup_requests"
+MAX_RECORDS = 1000  # TF Serving's limit
+
+
+def warmup_path(version_dir: str) -> str:
+    return os.path.join(version_dir, WARMUP_DIR, WARMUP_FILE)
+
+
+def predict_request(model_name: str, sentences: Sequence[str], signature_name: str = "serving_default", **scalars):
+    """A ``PredictRequest`` for one of the translator's signatures."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = signature_name
+    request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(list(sentences), dtype=tf.string))
+    for name, value in scalars.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(float(value), dtype=tf.float32))
+    return request
+
+
+def write_warmup_requests(version_dir: str, requests: Iterable) -> str:
+    """Write ``requests`` (PredictRequest messages) as TF Serving's warm-up file; returns its path."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    requests = list(requests)
+    if not requests or len(requests) > MAX_RECORDS:
+        raise ValueError(f"TF Serving replays 1 to {MAX_RECORDS} warm-up requests, got {len(requests)}")
+    path = warmup_path(version_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for request in requests:
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return path
+
+
+def read_warmup_requests(version_dir: str) -> List:
+    """The ``PredictRequest`` messages of a version's warm-up file ([] if it has none)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = warmup_path(version_dir)
+    if not os.path.exists(path):
+        return []
+    requests = []
+    for record in tf.data.TFRecordDataset(path):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        requests.append(log.predict_log.request)
+    return requests
+
+
+def translator_warmup_requests(model_name: str, sentences: Sequence[str], options) -> List:
+    """Warm-up for the translator: each signature, at batch 1 and at a batch of all ``sentences``.
+
+    ``options``: the ``alpha``, ``beta`` and ``beamsize`` inputs of the signatures that take them.
+    """
+    sentences = [s for s in sentences if s] or ["a"]
+    batches = [sentences[:1], list(sentences)]
+    requests = []
+    for batch in batches:
+        requests.append(predict_request(model_name, batch))
+        requests.append(predict_request(model_name, batch, "translate_with_options", **options))
+    requests.append(predict_request(model_name, sentences[:1], "translate_nbest", **options))
+    return requests
