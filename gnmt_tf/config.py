@@ -173,6 +173,13 @@ class TrainingConfig:
     eval_every: int = _doc("Steps between dev evaluations.", default=10000)
     log_every: int = _doc("Steps between TensorBoard summaries.", default=100)
     seed: int = _doc("Seed for initialisation, shuffling and dropout.", default=1234)
+    quantization_aware: bool = _doc(
+        "Quantization-aware training: every LSTM kernel is fake-quantized to int8 with one "
+        "scale per output unit (eq. 12, section 6) in every forward pass, the gradient passing "
+        "straight through to the float weights (gnmt_tf.qat). Set by `python -m gnmt_tf.train "
+        "--refine qat`, for a short fine-tune of a trained model before int8 export.",
+        default=False,
+    )
 
     def validate(self, where: str) -> None:
         _positive(

@@ -5,17 +5,28 @@ With no arguments it trains the ``small`` config on the built-in default data
 then prints dev BLEU and sample translations and leaves a self-contained model
 directory. With ``--config configs/gnmt_wmt14_enfr.yaml --train ... --dev ...``
 it runs the paper's recipe. Run it again with the same ``--model-dir`` to resume.
+
+``--refine qat --init-from MODEL_DIR --model-dir OUT`` fine-tunes an already trained
+model instead: quantization-aware training (section 6, eq. 12; see gnmt_tf.qat),
+a short run in which every LSTM kernel is fake-quantized to int8, so that the int8
+export loses as little as possible. OUT gets the model's config (training section:
+the fine-tuning recipe, ``training.quantization_aware: true``), vocabulary and dev
+split, and is a normal model directory (translate, evaluate, export). Give the data
+the model was trained on with --train (default: the built-in data, as for training).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 
 DEFAULT_CONFIG = "small"
+DEV_FILE = "dev.tsv"  # the dev split, kept in the model directory
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
+REFINEMENTS = ("qat",)  # fine-tunes of a trained model (--refine); "rl" (section 5) may follow
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", choices=STRATEGIES, default="default", help="tf.distribute strategy (default: %(default)s)"
     )
     parser.add_argument(
+        "--refine", choices=REFINEMENTS, default=None,
+        help="fine-tune the trained model of --init-from instead of training from scratch: "
+        "qat = quantization-aware training for int8 inference (section 6)",
+    )
+    parser.add_argument(
+        "--init-from", default=None, metavar="MODEL_DIR",
+        help="the trained model directory --refine starts from (its best checkpoint, else its latest); "
+        "it is only read",
+    )
+    parser.add_argument(
         "--quiet", action="store_true",
         help="no live progress bar, one line per segment (the default when output is not a terminal)",
     )
@@ -57,15 +78,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.refine and not args.init_from:
+        parser.error(f"--refine {args.refine} needs --init-from MODEL_DIR, the trained model to fine-tune")
+    if args.init_from and not args.refine:
+        parser.error(f"--init-from needs --refine ({', '.join(REFINEMENTS)}): it says what fine-tune to run")
+    if args.refine and args.config is not None:
+        parser.error("--config cannot be combined with --refine: the model's own config is used "
+                     "(change fields with --set)")
+    if args.refine and not args.model_dir:
+        parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError
+    from gnmt_tf.model_dir import ModelDirError
 
     try:
-        return _run(args)
-    except (ConfigError, DataError) as err:
+        return _run_refine(args) if args.refine else _run(args)
+    except (ConfigError, DataError, ModelDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
@@ -104,11 +136,96 @@ def _run(args) -> int:
     layout.save_metadata(model_dir, config, tokenizer)
     _write_dev(model_dir, dev_pairs)
 
-    from gnmt_tf.training import Trainer, TrainingDiverged
+    from gnmt_tf.training import Trainer
 
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args))
+    return _train_and_report(trainer, model_dir)
+
+
+def _run_refine(args) -> int:
+    """``--refine qat``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.config import ConfigError, load_config, parse_overrides
+    from gnmt_tf.data import read_tsv
+
+    init_dir, model_dir = args.init_from, args.model_dir
+    init_config, tokenizer = layout.load_metadata(init_dir)
+    init_checkpoint = layout.find_checkpoint(init_dir, "best")
+    if init_checkpoint is None:
+        raise layout.ModelDirError(f"{init_dir} has no checkpoint to fine-tune (no best/ or checkpoints/)")
+    if os.path.realpath(model_dir) == os.path.realpath(init_dir):
+        raise layout.ModelDirError(
+            f"--model-dir must be a new directory, not the --init-from model itself ({init_dir}): "
+            f"the fine-tune would overwrite the model it starts from"
+        )
+    if args.strategy != "default":
+        raise ConfigError(f"--strategy {args.strategy} is not available yet; use --strategy default")
+    overrides = parse_overrides(args.overrides)
+    if args.max_steps is not None:
+        overrides["training.max_steps"] = args.max_steps
+    if args.max_minutes is not None:
+        overrides["training.max_minutes"] = args.max_minutes
+
+    from gnmt_tf.qat import quantization_aware_config
+
+    resuming = layout.has_config(model_dir)
+    if resuming:  # an interrupted fine-tune: its saved recipe, and its own checkpoints
+        config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
+        if not config.training.quantization_aware:
+            raise ConfigError(f"{model_dir} holds a model that is not a --refine qat fine-tune; use a new --model-dir")
+        print(f"model directory {model_dir} exists: resuming the fine-tune with its config.yaml")
+    else:
+        config = quantization_aware_config(init_config, overrides)
+    # The network is the checkpoint's; only dropout may differ in the fine-tune.
+    if dataclasses.replace(config.model, dropout=init_config.model.dropout) != init_config.model:
+        raise ConfigError(
+            f"the model section must be that of {init_dir} (the checkpoint's network); "
+            f"only model.dropout may be changed for the fine-tune"
+        )
+
+    init_dev = os.path.join(init_dir, DEV_FILE)
+    dev_from_init = not args.dev and os.path.exists(init_dev)
+    if dev_from_init:  # the model's own dev split, so its dev BLEU stays comparable
+        dev_pairs, _ = read_tsv(init_dev)
+        train_pairs = _load_training_pairs(args)
+        held_out = {_folded(pair) for pair in dev_pairs}
+        kept = [pair for pair in train_pairs if _folded(pair) not in held_out]
+        print(f"dev split: the {len(dev_pairs):,} pairs of {init_dev}; "
+              f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
+        train_pairs = kept
+        print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
+    else:
+        train_pairs, dev_pairs = _load_data(args, config)
+    if not args.train:
+        print(f"note: fine-tuning on the built-in data (no --train given); if {init_dir} was trained "
+              f"on other data, pass that with --train")
+    layout.save_metadata(model_dir, config, tokenizer)
+    _write_dev(model_dir, dev_pairs)
+
+    from gnmt_tf.training import Trainer
+
+    t = config.training
+    print(
+        f"quantization-aware fine-tune of {init_checkpoint}: every LSTM kernel fake-quantized to int8 "
+        f"(eq. 12), plain SGD at {t.sgd_learning_rate:g} for {t.max_steps} steps, delta fixed at "
+        f"{config.model.clip_delta:g}"
+    )
+    trainer = Trainer(
+        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
+        init_checkpoint=init_checkpoint,
+    )
+    return _train_and_report(trainer, model_dir)
+
+
+def _verbosity(args) -> int:
     # A live progress bar on a terminal; one line per segment in logs and pipes.
-    verbose = 1 if sys.stdout.isatty() and not args.quiet else 2
-    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=verbose)
+    return 1 if sys.stdout.isatty() and not args.quiet else 2
+
+
+def _train_and_report(trainer, model_dir) -> int:
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.training import TrainingDiverged
+
     try:
         result = trainer.train()
     except TrainingDiverged as err:
@@ -128,18 +245,24 @@ def _run(args) -> int:
     return 0
 
 
-def _load_data(args, config):
+def _load_training_pairs(args):
     from gnmt_tf.catalogs import load_catalog_pairs
-    from gnmt_tf.data import read_parallel, split_dev
+    from gnmt_tf.data import read_parallel
 
-    d = config.data
     if args.train:
         train_pairs, report = read_parallel(args.train, source_lang=args.source_lang, target_lang=args.target_lang)
         print(report.summary())
-    else:
-        pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
-        print(f"built-in data: {report.summary()}")
-        train_pairs = pairs
+        return train_pairs
+    pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
+    print(f"built-in data: {report.summary()}")
+    return pairs
+
+
+def _load_data(args, config):
+    from gnmt_tf.data import read_parallel, split_dev
+
+    d = config.data
+    train_pairs = _load_training_pairs(args)
     if args.dev:
         dev_pairs, report = read_parallel(args.dev, split="validation", source_lang=args.source_lang,
                                           target_lang=args.target_lang)
@@ -170,9 +293,14 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
     return tokenizer
 
 
+def _folded(pair):
+    """A pair as dev.tsv stores it: whitespace folded to single spaces."""
+    return tuple(" ".join(side.split()) for side in pair)
+
+
 def _write_dev(model_dir, dev_pairs):
     """Keep the dev split with the model (whitespace folded: TSV cannot hold tabs or newlines)."""
-    path = os.path.join(model_dir, "dev.tsv")
+    path = os.path.join(model_dir, DEV_FILE)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         for source, target in dev_pairs:
             handle.write(f"{' '.join(source.split())}\t{' '.join(target.split())}\n")

@@ -198,6 +198,11 @@ class Trainer:
         tokenizer: the shared wordpiece tokenizer.
         log: where progress messages go (``print`` by default).
         verbose: Keras progress bar mode (1: bar, 2: one line per segment, 0: silent).
+        init_checkpoint: weights to start from when ``model_dir`` has no checkpoint yet
+            (a fine-tune of another model; only the model is restored, not its optimizer).
+
+    With ``training.quantization_aware`` every LSTM kernel is fake-quantized (eq. 12) in
+    training and in dev evaluation (:mod:`gnmt_tf.qat`); checkpoints hold the float weights.
     """
 
     def __init__(
@@ -210,6 +215,7 @@ class Trainer:
         log: Callable[[str], None] = print,
         verbose: int = 1,
         strategy: Optional[tf.distribute.Strategy] = None,
+        init_checkpoint: Optional[str] = None,
     ):
         if config.model.vocab_size != tokenizer.vocab_size:
             raise ValueError(
@@ -235,6 +241,11 @@ class Trainer:
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
             self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+        self.quantization_aware = None
+        if config.training.quantization_aware:  # before anything traces the model
+            from gnmt_tf.qat import enable_quantization_aware_training
+
+            self.quantization_aware = enable_quantization_aware_training(self.model)
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
@@ -244,14 +255,22 @@ class Trainer:
         self.translator = Translator(self.model, tokenizer, config.decoding)
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
-        self._restore()
+        self._restore(init_checkpoint)
 
     # ------------------------------------------------------------------ state
-    def _restore(self) -> None:
+    def _restore(self, init_checkpoint: Optional[str]) -> None:
         path = self.manager.latest_checkpoint
         if path:
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
             self.log(f"resuming from {path} at step {self.step}")
+        elif init_checkpoint:
+            # Through a plain model: restoring into the compiled one would also restore the
+            # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
+            source = GNMT(self.config.model)
+            source.build()
+            tf.train.Checkpoint(model=source).restore(init_checkpoint).assert_existing_objects_matched().expect_partial()
+            self.model.set_weights(source.get_weights())
+            self.log(f"starting from the weights of {init_checkpoint}")
         if self.best_manager.latest_checkpoint:  # resumed runs keep comparing against the old best
             self.best_bleu = _read_best_bleu(self.model_dir)
 

@@ -1,0 +1,299 @@
+"""Quantization-aware fine-tuning (QAT) of the LSTM weights, with tensorflow-model-optimization.
+
+Why
+---
+Section 6 of the paper runs inference with 8-bit LSTM weights: one scale per
+output unit, eq. 12::
+
+    s_i = max_j |W[i, j]|,    WQ[i, j] = round(W[i, j] / s_i * 127)
+
+(for a Keras kernel ``[input, output]`` used as ``x @ W`` that is one scale per
+COLUMN, a max over axis 0; see :mod:`gnmt_tf.quantization`). A model trained in
+float only meets this rounding at export time. Section 6 trains with the
+quantization in view (delta clipping, logit clipping) so that the int8 model
+loses little; QAT goes one step further: a short fine-tune in which every
+LSTM cell's ``kernel`` and ``recurrent_kernel`` are replaced, in every forward
+pass, by ``dequantize(quantize(W))``, so the loss the optimizer sees is the
+loss of the int8 model, while the float weights keep receiving the gradient
+(straight-through estimator: the rounding is treated as the identity in the
+backward pass). What the fine-tune leaves in float is then what eq. 12 rounds
+with the least damage.
+
+How
+---
+The quantizer is tfmot's ``LastValueQuantizer(num_bits=8, per_axis=True,
+symmetric=True, narrow_range=True)``, chosen for each weight by
+:class:`GNMTLSTMCellQuantizeConfig` (a ``tfmot.quantization.keras.QuantizeConfig``).
+Per axis on a 2-D kernel it reduces over axis 0 (one range per output unit);
+symmetric narrow range makes the range ``[-max|W|, max|W|]`` on codes
+``-127..127``: eq. 12. It agrees with :func:`gnmt_tf.quantization.fake_quantize`
+up to float32 rounding: TensorFlow's fake-quant op computes
+``floor((W - min) / step + 0.5)`` on a nudged range instead of
+``round(W / s * 127)``, so an element within ~1e-5 of a step of a rounding tie
+(about 1 in 100,000 for random weights) may land one code away, and the
+dequantized values differ by ~1e-5 of a step elsewhere. Both are eq. 12 to
+float32 precision; ``tests/test_qat.py`` checks this bound.
+
+The GNMT is a subclassed Keras 2 model, which ``tfmot.quantization.keras.
+quantize_apply`` cannot wrap. Instead each :class:`gnmt_tf.cell.GNMTLSTMCell`
+has a hook, ``cell.kernel_quantizer``, through which both of its products
+(``project_inputs``: ``kernel``; ``recur``: ``recurrent_kernel``) pass.
+:class:`QuantizationAwareTraining` sets the hook on every cell to
+:meth:`~QuantizationAwareTraining.fake_quantize`, which calls the config's
+quantizer with its variables. Those variables (tfmot's per-output-unit
+``min``/``max``) are created by ``quantizer.build(shape, name, layer)`` on a
+separate holder layer, :class:`QuantizerVariables`, never on the model: the
+model's weights, ``get_weights()`` order and checkpoints are exactly those of
+a plain GNMT, so a QAT run's model directory loads with
+:func:`gnmt_tf.model_dir.load_model_dir` like any other.
+
+Two details:
+
+* The quantizer always runs in its training mode, which recomputes the range
+  from the current kernel (and stores it in its variables). Eq. 12 defines the
+  scale by the weights themselves; the stored range would be stale after a
+  restore (it is deliberately not checkpointed) and is -6..6 before the first
+  call.
+* The gradient is the plain straight-through estimator, identity for every
+  element: ``W + stop_gradient(fq(W) - W)``, whose forward value is
+  bit-identical to ``fq(W)`` (the difference is exact in float32, Sterbenz).
+  tfmot's own gradient passes only elements inside the nudged range, and
+  float32 rounding of that range puts a column's extreme element (the one that
+  sets the scale) just outside it now and then, which would freeze it.
+
+Hooks are read when a graph is traced: enable QAT before the first forward
+pass that a ``tf.function`` (Keras ``fit``/``evaluate``, a Translator) traces,
+and retrace after :meth:`QuantizationAwareTraining.remove`.
+
+``tensorflow_model_optimization`` is imported only inside functions: importing
+it switches ``tf.keras`` to Keras 2 for the whole process (this package uses
+``tf_keras`` explicitly either way).
+
+Use::
+
+    qat = enable_quantization_aware_training(model)   # every LSTM kernel fake-quantized
+    ...train...
+    qat.remove()                                       # back to float products
+
+    with enable_quantization_aware_training(model):    # or as a context manager
+        ...
+
+The command line, ``python -m gnmt_tf.train --refine qat --init-from MODEL_DIR
+--model-dir OUT``, fine-tunes a trained model this way (see
+:func:`quantization_aware_config` for the recipe and why).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf.cell import GNMTLSTMCell
+
+# The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
+#
+# Plain SGD, not Adam: the model arrives converged, and a fresh Adam's first updates move
+# every weight by about the learning rate whatever its gradient (the moments start at zero
+# and bias correction normalises them), a jolt to every weight; SGD's steps are proportional
+# to the gradient, so weights the quantization does not disturb stay where they are. It is
+# also the optimizer the paper's recipe ends with (section 8.3), and its learning rate here
+# is where that recipe ends: 0.5 halved 4 times = 0.03125. 1,000 steps is a short fine-tune
+# (the ML run takes 2M); the quantization error is small, so little has to move.
+QAT_MAX_STEPS = 1000
+QAT_LEARNING_RATE = 0.03125
+
+
+def _tfmot():
+    import tensorflow_model_optimization as tfmot  # lazily: it switches tf.keras to Keras 2
+
+    return tfmot
+
+
+def eq12_weight_quantizer():
+    """tfmot's quantizer that is eq. 12 for a Keras kernel: 8 bits, one symmetric range per output unit."""
+    return _tfmot().quantization.keras.quantizers.LastValueQuantizer(
+        num_bits=8, per_axis=True, symmetric=True, narrow_range=True
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _quantize_config_class() -> type:
+    """Defined on first use, so that importing this module does not import tfmot."""
+    QuantizeConfig = _tfmot().quantization.keras.QuantizeConfig
+
+    class GNMTLSTMCellQuantizeConfig(QuantizeConfig):
+        """What QAT quantizes in a :class:`gnmt_tf.cell.GNMTLSTMCell`: its two kernels, eq. 12.
+
+        Weights: ``kernel`` and ``recurrent_kernel``, each with
+        :func:`eq12_weight_quantizer`. The "standard" cell's bias and delta stay
+        float (int8 inference keeps them float too).
+
+        Activations and outputs: none. At int8 inference
+        (:func:`gnmt_tf.quantization.int8_matmul`) the activations are quantized on
+        the fly with a scale per input vector computed from the vector itself, so
+        there is no range to learn, and the paper fine-tunes nothing for them.
+        """
+
+        WEIGHT_ATTRIBUTES = ("kernel", "recurrent_kernel")
+
+        def get_weights_and_quantizers(self, layer) -> List[Tuple[tf.Variable, Any]]:
+            _check_cell(layer)
+            return [(getattr(layer, name), eq12_weight_quantizer()) for name in self.WEIGHT_ATTRIBUTES]
+
+        def get_activations_and_quantizers(self, layer) -> list:
+            return []
+
+        def set_quantize_weights(self, layer, quantize_weights) -> None:
+            """Make the cell's products use ``quantize_weights`` (``[kernel, recurrent_kernel]``).
+
+            tfmot's contract, for a wrapper that quantizes once per call and hands the
+            tensors over. The cell reads its kernels through ``kernel_quantizer``, so this
+            installs a hook returning these tensors. :class:`QuantizationAwareTraining`
+            does not use it: the cell's products run inside time loops, so it quantizes at
+            each product, in whichever graph is being traced.
+            """
+            _check_cell(layer)
+            if len(quantize_weights) != len(self.WEIGHT_ATTRIBUTES):
+                raise ValueError(
+                    f"expected {len(self.WEIGHT_ATTRIBUTES)} quantized weights "
+                    f"({', '.join(self.WEIGHT_ATTRIBUTES)}), got {len(quantize_weights)}"
+                )
+            replacements = {
+                getattr(layer, name).ref(): value for name, value in zip(self.WEIGHT_ATTRIBUTES, quantize_weights)
+            }
+            layer.kernel_quantizer = lambda kernel: replacements[kernel.ref()]
+
+        def set_quantize_activations(self, layer, quantize_activations) -> None:
+            if quantize_activations:
+                raise ValueError("GNMTLSTMCellQuantizeConfig quantizes no activations")
+
+        def get_output_quantizers(self, layer) -> list:
+            return []
+
+        def get_config(self) -> Dict[str, Any]:
+            return {}  # nothing to configure: eq. 12 fixes bits, axis and range
+
+    return GNMTLSTMCellQuantizeConfig
+
+
+def __getattr__(name: str):
+    # ``from gnmt_tf.qat import GNMTLSTMCellQuantizeConfig`` builds the class (and imports tfmot) only then.
+    if name == "GNMTLSTMCellQuantizeConfig":
+        return _quantize_config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_cell(layer) -> None:
+    if not isinstance(layer, GNMTLSTMCell):
+        raise TypeError(f"GNMTLSTMCellQuantizeConfig is for GNMTLSTMCell, got {type(layer).__name__}")
+    if not layer.built:
+        raise ValueError(f"cell {layer.name!r} is not built; build the model first")
+
+
+def lstm_cells(model) -> List[GNMTLSTMCell]:
+    """Every :class:`GNMTLSTMCell` of ``model``, in ``model.submodules`` order."""
+    return [module for module in model.submodules if isinstance(module, GNMTLSTMCell)]
+
+
+class QuantizerVariables(keras.layers.Layer):
+    """Owns the tfmot quantizers' variables, so that they never become the model's weights."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.built = True  # variables are added by the quantizers' build(), not by build()
+
+
+class QuantizationAwareTraining:
+    """Fake-quantizes (eq. 12) every LSTM kernel of ``model`` in every forward pass.
+
+    Created by :func:`enable_quantization_aware_training`. Attributes:
+
+    * ``cells``: the hooked :class:`GNMTLSTMCell` objects;
+    * ``quantize_configs``: one :class:`GNMTLSTMCellQuantizeConfig` per cell;
+    * ``quantizer_variables``: the :class:`QuantizerVariables` layer holding the
+      quantizers' per-output-unit ``min``/``max`` (not part of the model).
+    """
+
+    def __init__(self, model):
+        cells = lstm_cells(model)
+        if not cells:
+            raise ValueError("the model has no GNMTLSTMCell; is it a built GNMT?")
+        hooked = [cell.name for cell in cells if cell.kernel_quantizer is not None]
+        if hooked:
+            raise ValueError(f"cells {hooked} already have a kernel_quantizer; remove that first")
+        config_class = _quantize_config_class()
+        self.cells = cells
+        self.quantize_configs = []
+        self.quantizer_variables = QuantizerVariables(name="qat_quantizer_variables")
+        self._quantizers: Dict[Any, Tuple[Any, Dict[str, tf.Variable]]] = {}
+        for cell in cells:
+            config = config_class()
+            self.quantize_configs.append(config)
+            for weight, quantizer in config.get_weights_and_quantizers(cell):
+                name = weight.name.split(":")[0].replace("/", "_")
+                variables = quantizer.build(weight.shape, name, self.quantizer_variables)
+                self._quantizers[weight.ref()] = (quantizer, variables)
+        self._hook = self.fake_quantize  # one bound method, so remove() can recognise it
+        for cell in cells:
+            cell.kernel_quantizer = self._hook
+        self.active = True
+
+    @tf.autograph.experimental.do_not_convert
+    def fake_quantize(self, kernel: tf.Variable) -> tf.Tensor:
+        """``kernel`` through its tfmot quantizer (eq. 12), with an identity gradient."""
+        quantizer, variables = self._quantizers[kernel.ref()]
+        quantized = quantizer(kernel, True, variables)  # training mode: the range comes from this kernel
+        return kernel + tf.stop_gradient(quantized - kernel)  # == quantized; straight-through gradient
+
+    def remove(self) -> None:
+        """Uninstall the hooks: the cells compute with float kernels again (in graphs traced from now on)."""
+        for cell in self.cells:
+            if cell.kernel_quantizer is self._hook:
+                cell.kernel_quantizer = None
+        self.active = False
+
+    def __enter__(self) -> "QuantizationAwareTraining":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.remove()
+
+
+def enable_quantization_aware_training(model) -> QuantizationAwareTraining:
+    """Hook eq. 12 fake quantization into every LSTM cell of a built ``model``.
+
+    Returns the handle; ``handle.remove()`` (or leaving ``with handle:``) undoes it.
+    The model's weights, their order and its checkpoint structure are unchanged.
+    """
+    return QuantizationAwareTraining(model)
+
+
+def disable_quantization_aware_training(handle: QuantizationAwareTraining) -> None:
+    """Same as ``handle.remove()``."""
+    handle.remove()
+
+
+def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None):
+    """The config of a QAT fine-tune of a model trained with ``config``.
+
+    The model section is kept; the training section becomes the fine-tuning
+    recipe: ``quantization_aware: true``, plain SGD (``adam_steps: 0``) at
+    ``QAT_LEARNING_RATE`` without halvings, ``QAT_MAX_STEPS`` steps counted from 0,
+    and delta fixed at its inference value ``model.clip_delta`` (``delta_start`` =
+    ``model.clip_delta``, no annealing): the fine-tune should see the model as it
+    will run. ``overrides`` (dotted keys, as ``--set``) are applied last.
+    """
+    recipe = {
+        "training.quantization_aware": True,
+        "training.max_steps": QAT_MAX_STEPS,
+        "training.adam_steps": 0,
+        "training.sgd_learning_rate": QAT_LEARNING_RATE,
+        "training.decay_count": 0,
+        "training.delta_start": (overrides or {}).get("model.clip_delta", config.model.clip_delta),
+        "training.delta_anneal_steps": 0,
+    }
+    recipe.update(overrides or {})
+    return config.replace(**recipe)

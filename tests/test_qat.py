@@ -1,0 +1,373 @@
+"""Quantization-aware training (gnmt_tf.qat): eq. 12 through tfmot, the cell hooks, the
+straight-through gradient, checkpoints, and ``python -m gnmt_tf.train --refine qat``."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gnmt_tf import model_dir as layout
+from gnmt_tf import qat, quantization
+from gnmt_tf.data import make_dataset, read_tsv
+from gnmt_tf.losses import SequenceCrossEntropy
+from gnmt_tf.model import GNMT
+from helpers import copy_task, number_word_pairs, tiny_model_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------ helpers
+def _tiny_model():
+    # Weights 5x the tiny config's, so that the rounding of eq. 12 shows clearly in the logits.
+    model = GNMT(tiny_model_config(vocab_size=40, init_scale=0.5))
+    model.build()
+    return model
+
+
+def _lstm_kernels(model):
+    return [kernel for cell in qat.lstm_cells(model) for kernel in (cell.kernel, cell.recurrent_kernel)]
+
+
+def _move_away_from_rounding_ties(model, rng):
+    """Put every LSTM kernel value at least 0.2 of a step from an eq. 12 rounding tie.
+
+    tfmot's fake-quant op and eq. 12 round the same value the same way except within
+    float32 error of a tie (see test_tfmot_quantizer_is_eq12_per_output_unit); away from
+    ties the model-level comparisons below are exact.
+    """
+    for kernel in _lstm_kernels(model):
+        value = kernel.numpy()
+        codes, scales = (t.numpy() for t in quantization.quantize_per_output_unit(value))
+        codes = codes.astype(np.float32)
+        jitter = rng.uniform(-0.3, 0.3, size=value.shape).astype(np.float32)
+        jitter[np.abs(codes) == 127] = 0.0  # keep each column's max, hence its scale
+        kernel.assign((codes + jitter) * scales / 127.0)
+
+
+def _with_fake_quantized_kernels(model):
+    """A plain GNMT holding ``model``'s weights with every LSTM kernel replaced by eq. 12's fake quantization."""
+    reference = GNMT(model.model_config)
+    reference.build()
+    reference.set_weights(model.get_weights())
+    for kernel in _lstm_kernels(reference):
+        kernel.assign(quantization.fake_quantize(kernel, "per_row", axis=0))
+    return reference
+
+
+def _batch(rng, vocab_size=40):
+    source, target_in, target_out = copy_task(rng, 6, vocab_size)
+    return (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
+
+
+def _loss(model, inputs, targets):
+    return SequenceCrossEntropy()(targets, model(inputs, training=True))
+
+
+# ------------------------------------------------------------------------------ eq. 12
+def test_tfmot_quantizer_is_eq12_per_output_unit(rng):
+    # Columns (output units) with very different ranges: one scale each, or this fails.
+    kernel = rng.uniform(-0.1, 0.1, size=(96, 200)).astype(np.float32) * rng.uniform(0.05, 5.0, size=200).astype(
+        np.float32
+    )
+    quantizer = qat.eq12_weight_quantizer()
+    holder = qat.QuantizerVariables()
+    variables = quantizer.build(tf.TensorShape(kernel.shape), "kernel", holder)
+    ours = quantizer(tf.constant(kernel), True, variables).numpy()
+    reference = quantization.fake_quantize(kernel, "per_row", axis=0).numpy()
+
+    # Eq. 12 by hand for one output unit j: s_j = max_i |W[i, j]|, WQ = round(W / s_j * 127).
+    j = 17
+    s_j = np.abs(kernel[:, j]).max()
+    codes_j = np.round(kernel[:, j].astype(np.float64) / s_j * 127)
+    assert np.abs(codes_j).max() == 127
+    np.testing.assert_allclose(reference[:, j], codes_j * s_j / 127, rtol=0, atol=1e-7 * s_j)
+
+    # tfmot's range is [-s_j, s_j] per output unit, and its values are eq. 12's ...
+    scales = np.abs(kernel).max(axis=0)
+    np.testing.assert_allclose(variables["max_var"].numpy(), scales, rtol=1e-7)
+    np.testing.assert_allclose(variables["min_var"].numpy(), -scales, rtol=1e-7)
+    steps_apart = (ours - reference) / (scales / 127)
+    one_code_off = np.abs(steps_apart) > 0.5
+    assert np.abs(steps_apart[~one_code_off]).max() < 1e-4  # same code, float32-level differences
+    # ... except within float32 error of a rounding tie, where the two formulas may pick the other code.
+    exact = kernel.astype(np.float64) / scales.astype(np.float64) * 127
+    distance_to_tie = np.abs(exact - np.floor(exact) - 0.5)
+    assert one_code_off.sum() <= 3 and np.all(distance_to_tie[one_code_off] < 1e-4)
+    assert np.all(np.abs(steps_apart[one_code_off]) < 1.0 + 1e-4)
+
+
+def test_quantize_config_implements_tfmot_interface(rng):
+    import tensorflow_model_optimization as tfmot
+
+    model = _tiny_model()
+    cell = qat.lstm_cells(model)[0]
+    config = qat.GNMTLSTMCellQuantizeConfig()
+    assert isinstance(config, tfmot.quantization.keras.QuantizeConfig)
+    pairs = config.get_weights_and_quantizers(cell)
+    assert [weight is expected for (weight, _), expected in zip(pairs, (cell.kernel, cell.recurrent_kernel))] == [
+        True, True
+    ]
+    for _, quantizer in pairs:
+        assert isinstance(quantizer, tfmot.quantization.keras.quantizers.LastValueQuantizer)
+        assert quantizer.get_config() == {"num_bits": 8, "per_axis": True, "symmetric": True, "narrow_range": True}
+    assert config.get_activations_and_quantizers(cell) == []
+    assert config.get_output_quantizers(cell) == []
+    assert config.get_config() == {}
+    config.set_quantize_activations(cell, [])
+
+    # tfmot's wrapper contract: the cell's products then use the tensors handed over.
+    replacement = [tf.constant(rng.normal(size=w.shape).astype(np.float32)) for w, _ in pairs]
+    config.set_quantize_weights(cell, replacement)
+    x = tf.constant(rng.normal(size=(2, cell.kernel.shape[0])).astype(np.float32))
+    try:
+        np.testing.assert_allclose(cell.project_inputs(x).numpy(), (x @ replacement[0]).numpy(), rtol=1e-6)
+    finally:
+        cell.kernel_quantizer = None
+    with pytest.raises(ValueError, match="expected 2"):
+        config.set_quantize_weights(cell, replacement[:1])
+    with pytest.raises(TypeError, match="GNMTLSTMCell"):
+        config.get_weights_and_quantizers(model.decoder.softmax_projection)
+
+
+# ------------------------------------------------------------------------------ the hooks
+def test_qat_model_computes_with_eq12_kernels_in_every_cell(rng):
+    model = _tiny_model()
+    _move_away_from_rounding_ties(model, rng)
+    inputs, _ = _batch(rng)
+    float_logits = model(inputs).numpy()
+    expected = _with_fake_quantized_kernels(model)(inputs).numpy()
+
+    with qat.enable_quantization_aware_training(model) as handle:
+        assert len(handle.cells) == 7  # tiny: 2 bi-directional + 2 encoder + 3 decoder cells
+        for cell in handle.cells:  # each cell, each of its two products
+            x = tf.constant(rng.normal(size=(3, cell.kernel.shape[0])).astype(np.float32))
+            m = tf.constant(rng.normal(size=(3, cell.units)).astype(np.float32))
+            np.testing.assert_allclose(
+                cell.project_inputs(x).numpy(), (x @ quantization.fake_quantize(cell.kernel)).numpy(), atol=1e-5
+            )
+            projected = tf.zeros((3, 4 * cell.units))
+            _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m))
+            _, (c_expected, _) = _recur_float(cell, projected, m)
+            np.testing.assert_allclose(c.numpy(), c_expected.numpy(), atol=1e-5)
+        logits = model(inputs).numpy()
+        traced = tf.function(lambda source, target: model((source, target)))(*inputs).numpy()
+        with pytest.raises(ValueError, match="already"):
+            qat.enable_quantization_aware_training(model)
+
+    rounding_effect = np.abs(expected - float_logits).max()
+    assert rounding_effect > 1e-3  # the int8 rounding really changes the output ...
+    # ... and the QAT model has all of it: every cell, both kernels (float32 noise aside).
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-3 * rounding_effect)
+    np.testing.assert_allclose(traced, expected, rtol=0, atol=1e-3 * rounding_effect)
+    assert all(cell.kernel_quantizer is None for cell in qat.lstm_cells(model))
+    np.testing.assert_array_equal(model(inputs).numpy(), float_logits)  # removed: float again
+
+
+def _recur_float(cell, projected, m):
+    """``cell.recur`` with the recurrent kernel replaced by its eq. 12 fake quantization, without hooks."""
+    saved, hook = cell.recurrent_kernel.numpy(), cell.kernel_quantizer
+    cell.kernel_quantizer = None
+    cell.recurrent_kernel.assign(quantization.fake_quantize(saved))
+    try:
+        return cell.recur(projected, (tf.zeros_like(m), m))
+    finally:
+        cell.recurrent_kernel.assign(saved)
+        cell.kernel_quantizer = hook
+
+
+def test_gradient_passes_straight_through_to_the_float_kernels(rng):
+    model = _tiny_model()
+    _move_away_from_rounding_ties(model, rng)
+    inputs, targets = _batch(rng)
+    reference = _with_fake_quantized_kernels(model)
+    with tf.GradientTape() as tape:
+        reference_loss = _loss(reference, inputs, targets)
+    expected = tape.gradient(reference_loss, reference.trainable_variables)
+
+    with qat.enable_quantization_aware_training(model):
+        with tf.GradientTape() as tape:
+            loss = _loss(model, inputs, targets)
+        gradients = tape.gradient(loss, model.trainable_variables)
+
+    np.testing.assert_allclose(float(loss), float(reference_loss), rtol=1e-5)
+    kernels = {kernel.ref() for kernel in _lstm_kernels(model)}
+    for variable, gradient, wanted in zip(model.trainable_variables, gradients, expected):
+        assert gradient is not None, variable.name
+        # Straight through: d/dW L(fq(W)) is dL/dW evaluated at fq(W), element for element.
+        np.testing.assert_allclose(tf.convert_to_tensor(gradient).numpy(), tf.convert_to_tensor(wanted).numpy(),
+                                   rtol=1e-4, atol=1e-7, err_msg=variable.name)
+        if variable.ref() in kernels:
+            assert np.count_nonzero(gradient.numpy()) > 0.5 * gradient.shape.num_elements()
+
+
+def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, rng):
+    model = _tiny_model()
+    names = [w.name for w in model.weights]
+    trainable = [w.name for w in model.trainable_weights]
+    inputs, _ = _batch(rng)
+    handle = qat.enable_quantization_aware_training(model)
+    model(inputs)  # the quantizers assign their ranges
+    holder_variables = handle.quantizer_variables.weights
+    assert len(holder_variables) == 2 * 2 * 7  # min and max, per kernel, 2 kernels x 7 cells
+    assert not any(v.trainable for v in holder_variables)
+    model_refs = {w.ref() for w in model.weights}
+    assert not any(v.ref() in model_refs for v in holder_variables)
+    assert [w.name for w in model.weights] == names and [w.name for w in model.trainable_weights] == trainable
+    assert len(model.get_weights()) == len(names)
+    cell = handle.cells[0]
+    max_var = handle.quantizer_variables.weights[1]
+    np.testing.assert_allclose(max_var.numpy(), np.abs(cell.kernel.numpy()).max(axis=0), rtol=1e-7)
+
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    plain = GNMT(model.model_config)
+    plain.build()
+    tf.train.Checkpoint(model=plain).restore(path).assert_consumed()  # nothing extra in the checkpoint
+    for saved, restored in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(saved, restored)
+    handle.remove()
+
+
+def test_importing_qat_does_not_import_tfmot():
+    code = "import sys, gnmt_tf.qat; print('tensorflow_model_optimization' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"
+
+
+def test_qat_config_is_the_fine_tuning_recipe():
+    from gnmt_tf.config import ConfigError, load_config
+
+    base = load_config("tiny", overrides={"training.delta_start": 8.0})
+    config = qat.quantization_aware_config(base, {"training.max_steps": 7})
+    t = config.training
+    assert t.quantization_aware and t.max_steps == 7 and t.adam_steps == 0 and t.decay_count == 0
+    assert t.sgd_learning_rate == qat.QAT_LEARNING_RATE
+    assert (t.delta_start, t.delta_anneal_steps) == (base.model.clip_delta, 0)  # delta fixed at 1.0
+    assert config.model == base.model
+    with pytest.raises(ConfigError, match="training.sgd_learning_rate"):
+        qat.quantization_aware_config(base, {"training.sgd_learning_rate": -1.0})
+    with pytest.raises(ConfigError, match="training.quantization_aware"):
+        qat.quantization_aware_config(base, {"training.quantization_aware": "yes"})
+
+
+# ------------------------------------------------------------------------------ the command line
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _train_main(*args):
+    from gnmt_tf.train import main
+
+    return main(list(args))
+
+
+@pytest.fixture(scope="module")
+def refined_number_model(trained_number_model, tmp_path_factory):
+    """``--refine qat`` for 30 steps on a copy of the session's trained number model."""
+    model_dir, _ = trained_number_model
+    work = tmp_path_factory.mktemp("qat")
+    init_dir = str(work / "init")
+    shutil.copytree(model_dir, init_dir)  # the session fixture is shared: never write into it
+    shutil.copy(os.path.join(init_dir, "test.tsv"), os.path.join(init_dir, "dev.tsv"))
+    train_tsv = str(work / "train.tsv")
+    with open(train_tsv, "w", encoding="utf-8") as handle:
+        for source, target in number_word_pairs(2000, seed=1, min_len=1):  # the fixture's training data
+            handle.write(f"{source}\t{target}\n")
+    out_dir = str(work / "out")
+    code = _train_main(
+        "--refine", "qat", "--init-from", init_dir, "--model-dir", out_dir, "--train", train_tsv,
+        "--max-steps", "30", "--set", "training.checkpoint_every=15", "--set", "training.eval_every=1000",
+        "--quiet",
+    )
+    return init_dir, out_dir, code
+
+
+def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
+    init_dir, out_dir, code = refined_number_model
+    assert code == 0
+    model, tokenizer, config = layout.load_model_dir(out_dir)  # a plain GNMT restores it
+    init_config, init_tokenizer = layout.load_metadata(init_dir)
+    assert config.model == init_config.model
+    assert tokenizer.vocab_size == init_tokenizer.vocab_size
+    t = config.training
+    assert t.quantization_aware and t.adam_steps == 0 and t.max_steps == 30
+    assert t.delta_start == config.model.clip_delta == float(model.clip_delta.numpy()) and t.delta_anneal_steps == 0
+    with open(os.path.join(init_dir, "dev.tsv"), encoding="utf-8") as a, open(
+        os.path.join(out_dir, "dev.tsv"), encoding="utf-8"
+    ) as b:
+        assert a.read() == b.read()  # the model's own dev split
+    assert tf.train.latest_checkpoint(layout.checkpoint_dir(out_dir)).endswith("ckpt-30")
+    assert os.path.exists(os.path.join(layout.best_dir(out_dir), "best_bleu.txt"))
+    from gnmt_tf.translator import Translator
+
+    assert Translator(model, tokenizer).greedy(["one two three"]) == ["un deux trois"]
+
+
+def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
+    """What QAT is for: the int8 model after the fine-tune is better than before it.
+
+    Measured on the fixture's test pairs with quantization.simulated_int8_weights (eq. 12
+    on every LSTM kernel and the softmax). This tiny model is robust to 8-bit weights
+    (int8 and float losses agree to ~1%), so the test demands what a working fine-tune
+    must give: a lower int8 loss than the starting model's, and no higher than the
+    starting model's FLOAT loss, i.e. the int8 export of the QAT model loses nothing
+    against the float model it came from.
+    """
+    init_dir, out_dir, code = refined_number_model
+    assert code == 0
+    pairs, _ = read_tsv(os.path.join(init_dir, "test.tsv"))
+    float_before, int8_before = _float_and_int8_loss(init_dir, pairs)
+    float_after, int8_after = _float_and_int8_loss(out_dir, pairs)
+    assert int8_after < 0.99 * int8_before, (int8_before, int8_after)
+    assert int8_after <= float_before, (float_before, int8_after)
+    assert abs(int8_after - float_after) < 0.05 * float_after  # int8 costs (almost) nothing
+
+
+def _float_and_int8_loss(model_dir, pairs):
+    model, tokenizer, _ = layout.load_model_dir(model_dir, which="latest")
+    data = make_dataset(pairs, tokenizer.tokenize, batch_size=len(pairs), max_length=50, bucket_width=50,
+                        shuffle_buffer=1, seed=0, training=False)
+    model.compile(loss=SequenceCrossEntropy())
+    float_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
+    with quantization.simulated_int8_weights(model):
+        int8_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
+    return float_loss, int8_loss
+
+
+def test_cli_refine_errors(trained_number_model, tmp_path, capsys):
+    model_dir, _ = trained_number_model
+    out = str(tmp_path / "out")
+
+    for args, message in (
+        (["--refine", "qat", "--model-dir", out], "--init-from"),
+        (["--init-from", model_dir, "--model-dir", out], "--refine"),
+        (["--refine", "qat", "--init-from", model_dir, "--model-dir", out, "--config", "tiny"], "--config"),
+        (["--refine", "qat", "--init-from", model_dir], "--model-dir"),
+        (["--refine", "rl", "--init-from", model_dir, "--model-dir", out], "invalid choice"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            _train_main(*args)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+
+    missing = str(tmp_path / "nope")
+    assert _train_main("--refine", "qat", "--init-from", missing, "--model-dir", out) == 2
+    assert "model directory not found" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _train_main("--refine", "qat", "--init-from", str(empty), "--model-dir", out) == 2
+    assert "not a gnmt_tf model directory" in capsys.readouterr().err
+    assert _train_main("--refine", "qat", "--init-from", model_dir, "--model-dir", model_dir + "/") == 2
+    assert "must be a new directory" in capsys.readouterr().err
+    assert _train_main("--refine", "qat", "--init-from", model_dir, "--model-dir", out, "--set", "model.units=8") == 2
+    assert "only model.dropout" in capsys.readouterr().err
+    assert not os.path.exists(out)  # nothing was written for a refused run
+
+    # The module entry point gives the same answer (and exits before loading TensorFlow).
+    result = subprocess.run([sys.executable, "-m", "gnmt_tf.train", "--refine", "qat", "--model-dir", out],
+                            env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--refine qat needs --init-from" in result.stderr
