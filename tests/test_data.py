@@ -1,6 +1,7 @@
 """Reading parallel text, the dev split, the tf.data pipeline and the gettext catalogs."""
 
 import gzip
+import importlib.util
 import os
 import random
 import struct
@@ -124,9 +125,7 @@ def test_read_parallel_dispatch_errors(tmp_path):
         read_parallel(("a", "b", "c"))
     with pytest.raises(DataError, match="SOURCE_FILE,TARGET_FILE"):
         read_parallel("a,b,c")
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("tensorflow_datasets") is None:
         with pytest.raises(DataError, match="pip install tensorflow-datasets"):
             read_parallel("tfds:wmt14_translate/fr-en")
 

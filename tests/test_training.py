@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -208,7 +207,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
     resumed = subprocess.run(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
                              timeout=300, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming from" in resumed.stdout and f"at step {step_at_kill}" in resumed.stdout
+    assert "resuming from" in resumed.stdout and f"at step {step_at_kill}" in resumed.stdout
 
     assert _final_state(killed) == _final_state(straight)  # (60, delta 1.0, SGD phase) for both
     assert _final_state(straight) == (60, 1.0, False)
