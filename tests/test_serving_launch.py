@@ -96,3 +96,11 @@ def test_script_errors_are_clear(tmp_path, case):
         result = run_script(tmp_path, path, str(tmp_path / "nowhere"))
         message = "no such directory"
     assert result.returncode == 1 and message in result.stderr
+
+
+def test_batching_parameters_parse_as_tf_serving_batching_parameters():
+    from serving.config import load_batching_parameters_file
+
+    options = load_batching_parameters_file(os.path.join(SERVING, "batching_parameters.txt"))
+    assert (options.max_batch_size, options.batch_timeout_micros) == (256, 5000)
+    assert options.enable_large_batch_splitting and options.max_execution_batch_size == 32

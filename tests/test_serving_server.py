@@ -1,0 +1,706 @@
+"""The local TF-Serving-compatible server (serving/): REST and gRPC protocols, bad input, version swaps
+under load, batching, and draining on SIGTERM.
+
+The REST bodies are TF Serving's documented ones ("RESTful API" of tensorflow/serving), the gRPC
+calls use the tensorflow-serving-api stubs; answers are compared with the SavedModel called
+directly in this process.
+"""
+
+import base64
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from serving.config import (
+    ConfigError,
+    Limits,
+    parse_batching_parameters,
+    parse_model_config,
+    single_model_config,
+)
+from serving.rest import response_json
+from serving.server import ModelServer, main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+GOOD = {"instances": ["three one four"]}
+OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    """Replaces conftest's reseeding for these tests: nothing here is random, and reseeding TensorFlow
+    clears its kernel caches, so the next call of every loaded signature would re-optimize (~0.8 s)."""
+    yield
+
+
+@pytest.fixture(scope="module")
+def exported(trained_number_model, tmp_path_factory):
+    """BASE/NAME of the fixture model exported once, as version 1."""
+    model_dir, _ = trained_number_model
+    base = str(tmp_path_factory.mktemp("serving_server") / "gnmt")
+    result = subprocess.run(
+        [sys.executable, "-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model",
+         "--version", "1"],
+        env=ENV, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return base
+
+
+@pytest.fixture(scope="module")
+def direct(exported):
+    """The SavedModel's signatures called in this process: (signature, sentences, **scalars) -> outputs."""
+    loaded = tf.saved_model.load(os.path.join(exported, "1"))
+
+    def call(signature, sentences, **scalars):
+        inputs = {"sentences": tf.constant(sentences, tf.string)}
+        inputs.update({name: tf.constant(value, tf.float32) for name, value in scalars.items()})
+        outputs = loaded.signatures[signature](**inputs)
+        return {name: value.numpy() for name, value in outputs.items()}
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def server(exported):
+    logs = []
+    with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=0, log=logs.append) as running:
+        running.logs = logs
+        yield running
+
+
+def rest(port, method, path, body=None, raw=None, headers=None):
+    """(status, decoded JSON) of one request on a fresh connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode("utf-8"))
+        connection.request(method, path, body=data, headers=headers or {})
+        response = connection.getresponse()
+        payload = response.read()
+        assert response.getheader("Content-Type") == "application/json"
+        return response.status, json.loads(payload)
+    finally:
+        connection.close()
+
+
+def stubs(port):
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return (channel, prediction_service_pb2_grpc.PredictionServiceStub(channel),
+            model_service_pb2_grpc.ModelServiceStub(channel))
+
+
+def predict_request(sentences, model="gnmt", signature="", version=None, **scalars):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    if signature:
+        request.model_spec.signature_name = signature
+    if version is not None:
+        request.model_spec.version.value = version
+    request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
+    for name, value in scalars.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=tf.float32))
+    return request
+
+
+def texts(proto):
+    return [t.decode("utf-8") for t in tf.make_ndarray(proto)]
+
+
+def wait_for(condition, timeout=90.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
+
+
+# ---------------------------------------------------------------------------------------------- REST
+def test_rest_documented_bodies_translate_like_the_savedmodel(server, direct):
+    port = server.rest_api_port
+    sentences = ["three one four", "nine"]
+    expected = direct("serving_default", sentences)
+    expected_texts = [t.decode() for t in expected["translations"]]
+    assert expected_texts[0] == "trois un quatre"
+
+    status, answer = rest(port, "POST", "/v1/models/gnmt:predict", {"instances": sentences})
+    assert status == 200 and list(answer) == ["predictions"]
+    assert [p["translations"] for p in answer["predictions"]] == expected_texts
+    # Floats are written so that they read back as the very same float32.
+    assert [np.float32(p["scores"]) for p in answer["predictions"]] == list(expected["scores"])
+    assert all(set(p) == {"translations", "scores"} for p in answer["predictions"])
+
+    status, answer = rest(port, "POST", "/v1/models/gnmt:predict", {"inputs": {"sentences": sentences}})
+    assert status == 200 and set(answer["outputs"]) == {"translations", "scores"}
+    assert answer["outputs"]["translations"] == expected_texts
+    assert np.array_equal(np.float32(answer["outputs"]["scores"]), expected["scores"])
+
+    body = {"signature_name": "translate_with_options", "inputs": {"sentences": sentences, **OPTIONS}}
+    status, answer = rest(port, "POST", "/v1/models/gnmt:predict", body)
+    with_options = direct("translate_with_options", sentences, **OPTIONS)
+    assert status == 200
+    assert answer["outputs"]["translations"] == [t.decode() for t in with_options["translations"]]
+
+    # Named instances, an explicit signature, a version in the path, binary input as b64.
+    encoded = base64.b64encode(b"three one four").decode()
+    body = {"signature_name": "serving_default", "instances": [{"sentences": "nine"}, {"sentences": {"b64": encoded}}]}
+    status, answer = rest(port, "POST", "/v1/models/gnmt/versions/1:predict", body)
+    assert status == 200 and [p["translations"] for p in answer["predictions"]] == ["neuf", "trois un quatre"]
+    status, answer = rest(port, "POST", "/V1/Models/gnmt:Predict", {"instances": [{"b64": encoded}]})
+    assert status == 200 and answer["predictions"][0]["translations"] == "trois un quatre"
+
+    # n-best: nested outputs in columnar format.
+    body = {"signature_name": "translate_nbest", "inputs": {"sentences": sentences, **OPTIONS}}
+    status, answer = rest(port, "POST", "/v1/models/gnmt:predict", body)
+    nbest = direct("translate_nbest", sentences, **OPTIONS)
+    assert status == 200
+    assert answer["outputs"]["translations"] == [[t.decode() for t in row] for row in nbest["translations"]]
+    assert np.array(answer["outputs"]["attention"], dtype=np.float32).shape == nbest["attention"].shape
+
+
+def test_rest_status_and_metadata(server):
+    port = server.rest_api_port
+    documented = {"model_version_status": [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    assert rest(port, "GET", "/v1/models/gnmt") == (200, documented)
+    assert rest(port, "GET", "/v1/models/gnmt/versions/1") == (200, documented)
+
+    status, answer = rest(port, "GET", "/v1/models/gnmt/metadata")
+    assert status == 200
+    assert answer["model_spec"] == {"name": "gnmt", "signature_name": "", "version": "1"}
+    signatures = answer["metadata"]["signature_def"]["signature_def"]
+    assert {"serving_default", "translate_with_options", "translate_nbest"} <= set(signatures)
+    default = signatures["serving_default"]
+    assert default["method_name"] == "tensorflow/serving/predict"
+    assert default["inputs"]["sentences"]["dtype"] == "DT_STRING"
+    assert default["inputs"]["sentences"]["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    assert set(default["outputs"]) == {"translations", "scores"}
+    assert set(signatures["translate_with_options"]["inputs"]) == {"sentences", "alpha", "beta", "beamsize"}
+    assert rest(port, "GET", "/v1/models/gnmt/versions/1/metadata")[1]["model_spec"]["version"] == "1"
+
+
+def test_b64_outputs():
+    """Outputs named *_bytes (TF Serving's rule) and bytes that are not UTF-8 are written as {"b64": ...}."""
+    outputs = {"text": np.array([b"caf\xc3\xa9", b"\xff"], dtype=object),
+               "raw_bytes": np.array([b"ok", b"\x00"], dtype=object)}
+    assert response_json(outputs, row=False) == {"outputs": {
+        "text": ["café", {"b64": "/w=="}], "raw_bytes": [{"b64": "b2s="}, {"b64": "AA=="}]}}
+    assert response_json({"text": outputs["text"]}, row=True) == {"predictions": ["café", {"b64": "/w=="}]}
+
+
+# ---------------------------------------------------------------------------------------------- gRPC
+def test_grpc_predict_status_metadata(server, direct):
+    channel, predictions, models = stubs(server.grpc_port)
+    sentences = ["three one four", "nine", ""]
+    expected = direct("serving_default", sentences)
+    response = predictions.Predict(predict_request(sentences), timeout=60)
+    assert response.model_spec.name == "gnmt" and response.model_spec.version.value == 1
+    assert response.model_spec.signature_name == "serving_default"
+    assert texts(response.outputs["translations"]) == ["trois un quatre", "neuf", ""]
+    assert np.array_equal(tf.make_ndarray(response.outputs["scores"]), expected["scores"])
+
+    request = predict_request(sentences, signature="translate_with_options", version=1, **OPTIONS)
+    request.output_filter.append("translations")
+    response = predictions.Predict(request, timeout=60)
+    assert list(response.outputs) == ["translations"]
+    assert texts(response.outputs["translations"]) == [
+        t.decode() for t in direct("translate_with_options", sentences, **OPTIONS)["translations"]]
+
+    status_request = get_model_status_pb2.GetModelStatusRequest()
+    status_request.model_spec.name = "gnmt"
+    status = models.GetModelStatus(status_request, timeout=10)
+    [version] = status.model_version_status
+    assert version.version == 1 and version.state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    assert version.status.error_code == 0 and version.status.error_message == ""
+
+    metadata_request = get_model_metadata_pb2.GetModelMetadataRequest()
+    metadata_request.model_spec.name = "gnmt"
+    metadata_request.metadata_field.append("signature_def")
+    metadata = predictions.GetModelMetadata(metadata_request, timeout=10)
+    assert metadata.model_spec.name == "gnmt" and metadata.model_spec.version.value == 1
+    signature_defs = get_model_metadata_pb2.SignatureDefMap()
+    assert metadata.metadata["signature_def"].Unpack(signature_defs)
+    assert signature_defs.signature_def["serving_default"].inputs["sentences"].dtype == tf.string.as_datatype_enum
+
+    for call, request in [(predictions.Classify, classification_pb2.ClassificationRequest()),
+                          (models.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest())]:
+        with pytest.raises(grpc.RpcError) as error:
+            call(request, timeout=10)
+        assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    channel.close()
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def _json(value):
+    return json.dumps(value).encode("utf-8")
+
+
+PREDICT = "/v1/models/gnmt:predict"
+BAD_REST = [
+    # (id, method, path, raw body, HTTP status, part of the error message)
+    ("malformed_json", "POST", PREDICT, b'{"instances": ["three"', 400, "JSON Parse error"),
+    ("not_an_object", "POST", PREDICT, b'["three"]', 400, "Is not object"),
+    ("empty_body", "POST", PREDICT, b"", 400, "The document is empty"),
+    ("invalid_utf8_json", "POST", PREDICT, b'{"instances": ["\xff"]}', 400, "Invalid encoding"),
+    ("wrong_input_name", "POST", PREDICT, _json({"inputs": {"sentence": ["a"]}}), 400, "Missing named input: sentences"),
+    ("extra_input_name", "POST", PREDICT, _json({"inputs": {"sentences": ["a"], "alpha": 0.5}}), 400,
+     "unknown named input(s) alpha"),
+    ("instance_keys", "POST", PREDICT, _json({"instances": [{"text": "a"}]}), 400, "keys must be equal to: sentences"),
+    ("number_sentence", "POST", PREDICT, _json({"instances": ["a", 3]}), 400, "is not of expected type: string"),
+    ("null_sentence", "POST", PREDICT, _json({"inputs": {"sentences": [None]}}), 400, "Type: Null"),
+    ("nested_sentences", "POST", PREDICT, _json({"instances": [["a", "b"]]}), 400, "must be a list of strings"),
+    ("ragged", "POST", PREDICT, _json({"inputs": {"sentences": ["a", ["b"]]}}), 400, "Encountered list"),
+    ("non_utf8_b64", "POST", PREDICT, _json({"instances": [{"b64": "/w=="}]}), 400, "not valid UTF-8"),
+    ("lone_surrogate", "POST", PREDICT, b'{"instances": ["\\ud800"]}', 400, "not valid UTF-8"),
+    ("bad_base64", "POST", PREDICT, _json({"instances": [{"b64": "!!!"}]}), 400, "Unable to base64 decode"),
+    ("empty_instances", "POST", PREDICT, _json({"instances": []}), 400, "No values in 'instances' array"),
+    ("empty_inputs", "POST", PREDICT, _json({"inputs": {"sentences": []}}), 400, "empty batch"),
+    ("too_many_sentences", "POST", PREDICT, _json({"instances": ["one two"] * 10_000}), 400, "--max_batch_sentences"),
+    ("sentence_too_long", "POST", PREDICT, _json({"instances": ["x" * 1_000_000]}), 400, "--max_sentence_bytes"),
+    ("body_too_large", "POST", PREDICT, _json({"instances": ["x" * 5_000_000]}), 413, "--max_request_bytes"),
+    ("both_formats", "POST", PREDICT, _json({"instances": ["a"], "inputs": ["a"]}), 400, "only one of"),
+    ("neither_format", "POST", PREDICT, _json({"signature_name": "serving_default"}), 400, "Missing 'inputs' or 'instances'"),
+    ("unknown_key", "POST", PREDICT, _json({"instances": ["a"], "signature": "translate_nbest"}), 400, "unknown key(s)"),
+    ("signature_not_string", "POST", PREDICT, _json({"signature_name": 3, "instances": ["a"]}), 400, "must be a string"),
+    ("unknown_signature", "POST", PREDICT, _json({"signature_name": "nope", "instances": ["a"]}), 400,
+     'Serving signature name: "nope" not found'),
+    ("scalars_in_row_format", "POST", PREDICT,
+     _json({"signature_name": "translate_with_options", "instances": [{"sentences": "a", **OPTIONS}]}), 400,
+     "Use the columnar format"),
+    ("missing_scalar", "POST", PREDICT,
+     _json({"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], "alpha": 0.2, "beta": 0.2}}),
+     400, "Missing named input: beamsize"),
+    ("scalar_as_string", "POST", PREDICT,
+     _json({"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], **OPTIONS, "alpha": "x"}}),
+     400, "is not of expected type: float"),
+    ("scalar_as_list", "POST", PREDICT,
+     _json({"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], **OPTIONS, "beta": [0.2]}}),
+     400, "must be a float scalar"),
+    ("scalar_nan", "POST", PREDICT,
+     b'{"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], "alpha": NaN, "beta": 0, '
+     b'"beamsize": 3}}', 400, "NaN"),
+    ("unknown_model", "POST", "/v1/models/nope:predict", _json(GOOD), 404, "Servable not found for request: Latest(nope)"),
+    ("unknown_version", "POST", "/v1/models/gnmt/versions/7:predict", _json(GOOD), 404, "Specific(gnmt, 7)"),
+    ("unknown_label", "POST", "/v1/models/gnmt/labels/stable:predict", _json(GOOD), 400,
+     "Unrecognized servable version label: stable"),
+    ("status_unknown_model", "GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),
+    ("status_unknown_version", "GET", "/v1/models/gnmt/versions/7", None, 404, "Could not find version 7"),
+    ("metadata_unknown_model", "GET", "/v1/models/nope/metadata", None, 404, "Servable not found"),
+    ("status_without_model", "GET", "/v1/models", None, 400, "Missing model name"),
+    ("get_predict", "GET", PREDICT, None, 400, "Malformed request: GET /v1/models/gnmt:predict"),
+    ("post_status", "POST", "/v1/models/gnmt", _json(GOOD), 400, "Malformed request: POST"),
+    ("delete", "DELETE", "/v1/models/gnmt", None, 400, "Malformed request: DELETE"),
+    ("unknown_path", "GET", "/foo", None, 404, "Not found: GET /foo"),
+    ("unknown_method", "FOO", "/v1/models/gnmt", None, 501, "Unsupported method"),
+    ("classify", "POST", "/v1/models/gnmt:classify", _json({"examples": []}), 501, "classify is not supported"),
+]
+
+
+@pytest.mark.parametrize("method, path, raw, status, message", [case[1:] for case in BAD_REST],
+                         ids=[case[0] for case in BAD_REST])
+def test_rest_bad_input_gets_a_clear_error_and_the_server_goes_on(server, method, path, raw, status, message):
+    port = server.rest_api_port
+    got_status, answer = rest(port, method, path, raw=raw, headers={"Content-Type": "application/json"})
+    assert (got_status, list(answer)) == (status, ["error"]), answer
+    assert message in answer["error"], answer
+    assert rest(port, "POST", PREDICT, GOOD) == (200, {"predictions": [
+        {"translations": "trois un quatre", "scores": pytest.approx(-0.2555, abs=0.05)}]})
+
+
+def _grpc_cases():
+    def proto(build):
+        return build
+
+    def with_tensor(tensor, name="sentences", **kwargs):
+        request = predict_request(["a"], **kwargs)
+        request.inputs[name].CopyFrom(tensor)
+        return request
+
+    def huge_shape():
+        request = predict_request(["a"])
+        tensor = request.inputs["sentences"]
+        del tensor.tensor_shape.dim[:]
+        tensor.tensor_shape.dim.add(size=10**9)
+        return request
+
+    def renamed():
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "gnmt"
+        request.inputs["sentence"].CopyFrom(tf.make_tensor_proto(["a"]))
+        return request
+
+    def filtered():
+        request = predict_request(["a"])
+        request.output_filter.append("nope")
+        return request
+
+    invalid, not_found = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
+    return [
+        ("float_sentences", "Predict", lambda: with_tensor(tf.make_tensor_proto([1.0])), invalid, "must be DT_STRING"),
+        ("non_utf8", "Predict", lambda: with_tensor(tf.make_tensor_proto([b"\xff\xfe"])), invalid, "not valid UTF-8"),
+        ("scalar_sentence", "Predict", lambda: with_tensor(tf.make_tensor_proto("a")), invalid, "got shape []"),
+        ("empty_batch", "Predict", lambda: with_tensor(tf.make_tensor_proto([], dtype=tf.string)), invalid,
+         "empty batch"),
+        ("too_many_sentences", "Predict", lambda: predict_request(["one"] * 10_000), invalid, "--max_batch_sentences"),
+        ("declared_huge_shape", "Predict", huge_shape, invalid, "--max_batch_sentences"),
+        ("sentence_too_long", "Predict", lambda: predict_request(["x" * 1_000_000]), invalid, "--max_sentence_bytes"),
+        ("message_too_large", "Predict", lambda: predict_request(["x" * 5_000_000]),
+         grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+        ("wrong_input_name", "Predict", renamed, invalid, "input tensor alias not found in signature: sentence"),
+        ("missing_scalars", "Predict", lambda: predict_request(["a"], signature="translate_with_options"), invalid,
+         "Missing but required: {alpha,beamsize,beta}"),
+        ("scalar_as_vector", "Predict",
+         lambda: with_tensor(tf.make_tensor_proto([0.2, 0.3]), "alpha", signature="translate_with_options", **OPTIONS),
+         invalid, "must be a float scalar"),
+        ("unknown_output", "Predict", filtered, invalid, "output tensor alias not found in signature: nope"),
+        ("unknown_signature", "Predict", lambda: predict_request(["a"], signature="nope"),
+         grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found'),
+        ("unknown_model", "Predict", lambda: predict_request(["a"], model="nope"), not_found, "Latest(nope)"),
+        ("unknown_version", "Predict", lambda: predict_request(["a"], version=7), not_found, "Specific(gnmt, 7)"),
+        ("metadata_field", "GetModelMetadata",
+         lambda: proto(get_model_metadata_pb2.GetModelMetadataRequest(
+             model_spec={"name": "gnmt"}, metadata_field=["nope"])), invalid, "Metadata field nope is not supported"),
+        ("status_without_spec", "GetModelStatus", get_model_status_pb2.GetModelStatusRequest, invalid,
+         "Missing ModelSpec"),
+        ("status_unknown_model", "GetModelStatus",
+         lambda: get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "nope"}), not_found,
+         "Could not find any versions of model nope"),
+    ]
+
+
+GRPC_CASES = _grpc_cases()
+
+
+@pytest.mark.parametrize("method, build, code, message", [case[1:] for case in GRPC_CASES],
+                         ids=[case[0] for case in GRPC_CASES])
+def test_grpc_bad_input_gets_a_clear_error_and_the_server_goes_on(server, method, build, code, message):
+    channel, predictions, models = stubs(server.grpc_port)
+    call = getattr(models if method == "GetModelStatus" else predictions, method)
+    with pytest.raises(grpc.RpcError) as error:
+        call(build(), timeout=60)
+    assert error.value.code() == code, error.value.details()
+    assert message in error.value.details()
+    response = predictions.Predict(predict_request(["three one four"]), timeout=60)
+    assert texts(response.outputs["translations"]) == ["trois un quatre"]
+    channel.close()
+
+
+# ---------------------------------------------------------------------------------------------- versions
+def _copy_version(source, base, version, corrupt_warmup=False):
+    """Copies a version the way the exporter publishes one: staged in a hidden directory, then renamed."""
+    staging = os.path.join(base, f".tmp-{version}")
+    shutil.copytree(source, staging)
+    if corrupt_warmup:
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, "tf_serving_warmup_requests"), "wb") as handle:
+            handle.write(b"not a TFRecord file")
+    os.rename(staging, os.path.join(base, str(version)))
+
+
+def test_hot_swap_under_load_and_broken_versions(exported, tmp_path):
+    base = str(tmp_path / "gnmt")
+    os.makedirs(base)
+    _copy_version(os.path.join(exported, "1"), base, 1)
+    logs = []
+    server = ModelServer([single_model_config("gnmt", base)], port=0, rest_api_port=0, poll_seconds=0.2,
+                         log=logs.append).start()
+    stop = threading.Event()
+    seen = {i: [] for i in range(2)}  # gRPC client -> versions that answered, in order
+    failures, rest_answers = [], []
+
+    def grpc_client(index):
+        channel, predictions, _ = stubs(server.grpc_port)
+        while not stop.is_set():
+            try:
+                response = predictions.Predict(predict_request(["three one four", "nine"]), timeout=60)
+                assert texts(response.outputs["translations"]) == ["trois un quatre", "neuf"]
+                seen[index].append(response.model_spec.version.value)
+            except Exception as error:  # noqa: BLE001  every failure is reported below
+                failures.append(f"grpc {index}: {error!r}")
+            stop.wait(0.05)  # continuous load that leaves the 2 cores some room to load versions
+        channel.close()
+
+    def rest_client():
+        while not stop.is_set():
+            try:
+                status, answer = rest(server.rest_api_port, "POST", PREDICT, GOOD)
+                assert status == 200 and answer["predictions"][0]["translations"] == "trois un quatre", answer
+                rest_answers.append(status)
+            except Exception as error:  # noqa: BLE001
+                failures.append(f"rest: {error!r}")
+            stop.wait(0.05)
+
+    def status():
+        return [(s["version"], s["state"], s["status"]["error_code"])
+                for s in rest(server.rest_api_port, "GET", "/v1/models/gnmt")[1]["model_version_status"]]
+
+    threads = [threading.Thread(target=grpc_client, args=(i,)) for i in range(2)] + [threading.Thread(target=rest_client)]
+    try:
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: all(seen.values()) and rest_answers)
+        _copy_version(os.path.join(exported, "1"), base, 2)
+        wait_for(lambda: ("2", "AVAILABLE", "OK") in status())
+        wait_for(lambda: all(versions[-1] == 2 for versions in seen.values()))
+
+        # A corrupt saved_model.pb, then a version whose warm-up file is corrupt: both fail, 2 keeps serving.
+        os.makedirs(os.path.join(base, "3"))
+        with open(os.path.join(base, "3", "saved_model.pb"), "wb") as handle:
+            handle.write(b"\x00garbage")
+        wait_for(lambda: ("3", "END", "UNKNOWN") in status())
+        _copy_version(os.path.join(exported, "1"), base, 4, corrupt_warmup=True)
+        wait_for(lambda: ("4", "END", "DATA_LOSS") in status())
+        counts = {i: len(v) for i, v in seen.items()}
+        wait_for(lambda: all(len(v) > counts[i] + 2 for i, v in seen.items()))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    try:
+        assert not failures, failures[:5]
+        for versions in seen.values():  # the switch is atomic: once on 2, never back to 1
+            assert versions[0] == 1 and versions[-1] == 2
+            assert versions == sorted(versions)
+        assert status() == [("4", "END", "DATA_LOSS"), ("3", "END", "UNKNOWN"), ("2", "AVAILABLE", "OK"),
+                             ("1", "END", "OK")]
+        answer = rest(server.rest_api_port, "GET", "/v1/models/gnmt/versions/3")[1]["model_version_status"][0]
+        assert "failed to load" in answer["status"]["error_message"]
+        assert rest(server.rest_api_port, "POST", "/v1/models/gnmt/versions/1:predict", GOOD)[0] == 404
+        assert rest(server.rest_api_port, "POST", "/v1/models/gnmt/versions/2:predict", GOOD)[0] == 200
+        text = "\n".join(logs)
+        assert "gnmt version 2 is AVAILABLE" in text and "gnmt version 1 unloaded" in text
+        assert re.search(r"gnmt version 3 failed to load .*; still serving version 2", text)
+        assert re.search(r"gnmt version 4 failed to load \(DATA_LOSS\).*TFRecord", text)
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------- batching
+def test_batching_merges_concurrent_requests(exported, direct):
+    options = parse_batching_parameters(
+        "max_batch_size { value: 16 } batch_timeout_micros { value: 400000 } num_batch_threads { value: 1 }\n"
+        "max_enqueued_batches { value: 10 }")
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    requests = [[" ".join(words[(i + k) % 10] for k in range(1 + i % 4)), words[i]] for i in range(8)]
+    scalars = [dict(OPTIONS, alpha=0.2 if i % 2 else 1.0) for i in range(8)]
+    with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=0, batching=options,
+                     log=lambda message: None) as server:
+        before = server.stats()["gnmt"][1]
+        barrier = threading.Barrier(8)
+        answers, failures = {}, []
+
+        def client(index, signature):
+            channel, predictions, _ = stubs(server.grpc_port)
+            try:
+                barrier.wait(30)
+                extra = scalars[index] if signature == "translate_with_options" else {}
+                response = predictions.Predict(predict_request(requests[index], signature=signature, **extra),
+                                               timeout=60)
+                answers[index] = (texts(response.outputs["translations"]),
+                                  tf.make_ndarray(response.outputs["scores"]))
+            except Exception as error:  # noqa: BLE001
+                failures.append(repr(error))
+            finally:
+                channel.close()
+
+        for signature in ("serving_default", "translate_with_options"):
+            answers.clear()
+            barrier.reset()
+            threads = [threading.Thread(target=client, args=(i, signature)) for i in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert not failures, failures
+            for index in range(8):  # each client gets its own rows back
+                extra = scalars[index] if signature == "translate_with_options" else {}
+                expected = direct(signature, requests[index], **extra)
+                assert answers[index][0] == [t.decode() for t in expected["translations"]]
+                np.testing.assert_allclose(answers[index][1], expected["scores"], rtol=1e-4, atol=1e-5)
+
+        after = server.stats()["gnmt"][1]
+        for signature, groups in (("serving_default", 1), ("translate_with_options", 2)):
+            stats = after["batching"][signature]
+            previous = before["batching"][signature]
+            batches = stats["batches"] - previous["batches"]
+            calls = after["calls"].get(signature, 0) - before["calls"].get(signature, 0)
+            assert stats["requests"] - previous["requests"] == 8
+            assert calls == batches and groups <= batches < 8, (signature, stats)
+            assert stats["largest_batch"] > 2
+
+        # Over max_batch_size: refused (TF Serving's default, no large-batch splitting).
+        channel, predictions, _ = stubs(server.grpc_port)
+        with pytest.raises(grpc.RpcError) as error:
+            predictions.Predict(predict_request(["nine"] * 17), timeout=60)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "Task size 17 is larger than maximum input batch size 16" in error.value.details()
+        # n-best runs unbatched (its padded outputs would depend on the other requests of a batch).
+        response = predictions.Predict(predict_request(["three one four"], signature="translate_nbest", **OPTIONS),
+                                       timeout=60)
+        assert tf.make_ndarray(response.outputs["translations"])[0][0] == b"trois un quatre"
+        channel.close()
+
+
+def test_large_batch_splitting(exported):
+    options = parse_batching_parameters(
+        "max_batch_size { value: 64 } enable_large_batch_splitting { value: true } "
+        "max_execution_batch_size { value: 4 } num_batch_threads { value: 2 }")
+    sentences = ["three one four", "nine", "one two", "zero", "five six", "seven", "eight eight", "two", "four"]
+    with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=None, batching=options,
+                     log=lambda message: None) as server:
+        _, predictions, _ = stubs(server.grpc_port)
+        response = predictions.Predict(predict_request(sentences), timeout=60)
+        got = texts(response.outputs["translations"])
+        assert len(got) == 9 and got[0] == "trois un quatre" and got[1] == "neuf"
+        assert server.stats()["gnmt"][1]["batching"]["serving_default"]["largest_batch"] == 4
+
+
+# ---------------------------------------------------------------------------------------------- config
+def test_config_files_and_flags(tmp_path, capsys):
+    options = parse_batching_parameters(
+        "# TF Serving's format\nmax_batch_size { value: 32 }\nbatch_timeout_micros { value: 5000 }\n"
+        "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\nallowed_batch_sizes: [8, 32]\n")
+    assert (options.max_batch_size, options.batch_timeout_micros, options.num_batch_threads,
+            options.max_enqueued_batches, options.allowed_batch_sizes) == (32, 5000, 2, 100, (8, 32))
+    with pytest.raises(ConfigError, match='has no field named "max_batch_sise"'):
+        parse_batching_parameters("max_batch_sise { value: 32 }")
+    with pytest.raises(ConfigError, match="max_batch_size must be >= 1"):
+        parse_batching_parameters("max_batch_size { value: 0 }")
+
+    models = parse_model_config("""
+        model_config_list {
+          config { name: "gnmt" base_path: "/models/gnmt" model_platform: "tensorflow"
+                   model_version_policy { specific { versions: 1 versions: 2 } }
+                   version_labels { key: "stable" value: 1 } }
+          config { name: "other" base_path: "/models/other" model_platform: "tensorflow" }
+        }""")
+    assert [(m.name, m.base_path, m.policy.kind, m.labels) for m in models] == [
+        ("gnmt", "/models/gnmt", "specific", {"stable": 1}), ("other", "/models/other", "latest", {})]
+    assert models[0].policy.aspired([1, 2, 3]) == {1, 2} and models[1].policy.aspired([1, 2, 3]) == {3}
+    for text, message in [("model_config_list {}", "no models"),
+                          ('model_config_list { config { name: "a" } }', "base_path is empty"),
+                          ('model_config_list { config { name: "a" base_path: "/x" model_platform: "onnx" } }',
+                           "model_platform 'onnx' is not supported"),
+                          ("bogus: 1", "not a valid ModelServerConfig")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_model_config(text)
+    with pytest.raises(ConfigError, match="must be a positive integer"):
+        Limits(max_batch_sentences=0)
+
+    bad = tmp_path / "batching.config"
+    bad.write_text("max_batch_size { value: 8 }\nfrobnicate: 1\n")
+    assert main(["--model_base_path", str(tmp_path), "--enable_batching", "--batching_parameters_file", str(bad)]) == 2
+    assert 'has no field named "frobnicate"' in capsys.readouterr().err
+    assert main([]) == 2
+    assert "Both --model_config_file and --model_base_path are empty" in capsys.readouterr().err
+    assert main(["--model_base_path", str(tmp_path), "--batching_parameters_file", str(bad)]) == 2
+    assert "--enable_batching is not" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- process
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cli_serves_a_config_file_and_drains_on_sigterm(exported, tmp_path):
+    config = tmp_path / "models.config"
+    config.write_text(
+        "model_config_list {\n"
+        f'  config {{ name: "gnmt" base_path: "{exported}" model_platform: "tensorflow" }}\n'
+        f'  config {{ name: "gnmt_copy" base_path: "{exported}" model_platform: "tensorflow" }}\n'
+        "}\n")
+    batching = tmp_path / "batching.config"  # a long batch timeout keeps a request in flight for seconds
+    batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 8000000 }\n"
+                        "num_batch_threads { value: 1 }\n")
+    rest_port = _free_port()
+    command = ["timeout", "-k", "10", "150", sys.executable, "-m", "serving.server", "--port", "0",
+               "--rest_api_port", str(rest_port), "--model_config_file", str(config), "--enable_batching",
+               "--batching_parameters_file", str(batching), "--shutdown_grace_seconds", "30"]
+    process = subprocess.Popen(command, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:
+        started = wait_for(lambda: [line for line in lines if " serving gnmt" in line] or process.poll() is not None,
+                           timeout=120)
+        assert process.poll() is None, "".join(lines)[-3000:]
+        assert "gnmt (version 1), gnmt_copy (version 1)" in started[0]
+        grpc_port = int(re.search(r"Running gRPC ModelServer at 127\.0\.0\.1:(\d+)", "".join(lines))[1])
+
+        status, answer = rest(rest_port, "GET", "/v1/models/gnmt_copy")
+        assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
+
+        result = {}
+        in_flight = threading.Thread(target=lambda: result.update(
+            answer=rest(rest_port, "POST", "/v1/models/gnmt:predict", {"instances": ["three one four", "nine"]})))
+        start = time.monotonic()
+        in_flight.start()
+        time.sleep(1.5)
+        assert in_flight.is_alive()  # waiting for its batch
+        process.send_signal(signal.SIGTERM)  # `timeout` passes it on to the server
+        in_flight.join(60)
+        assert result["answer"] == (200, {"predictions": [
+            {"translations": "trois un quatre", "scores": pytest.approx(-0.2555, abs=0.05)},
+            {"translations": "neuf", "scores": pytest.approx(-0.0064, abs=0.05)}]})
+        assert time.monotonic() - start < 8  # the drain ran the batch at once rather than after its timeout
+        assert process.wait(60) == 0, "".join(lines)[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    reader.join(10)
+    text = "".join(lines)
+    assert "received SIGTERM" in text and "stopped" in text and "cut off" not in text
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", rest_port), timeout=5).close()
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    with pytest.raises(grpc.FutureTimeoutError):
+        grpc.channel_ready_future(channel).result(timeout=2)
+    channel.close()
+
+
+def test_cli_help_and_startup_failure(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "serving.server", "--help"], env=ENV, cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for flag in ("--port", "--rest_api_port", "--model_config_file", "--batching_parameters_file",
+                 "--file_system_poll_wait_seconds", "--rest_api_host", "--grpc_host", "--max_batch_sentences",
+                 "--max_sentence_bytes", "--max_request_bytes", "binds 0.0.0.0"):
+        assert flag in result.stdout
+    # The only version is corrupt: like tensorflow_model_server, the server does not start.
+    os.makedirs(tmp_path / "broken" / "1")
+    (tmp_path / "broken" / "1" / "saved_model.pb").write_bytes(b"\x00garbage")
+    result = subprocess.run(
+        ["timeout", "-k", "10", "120", sys.executable, "-m", "serving.server", "--port", "0", "--rest_api_port", "0",
+         "--model_name", "broken", "--model_base_path", str(tmp_path / "broken")],
+        env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "did not become available" in result.stderr and "broken version 1 failed to load" in result.stderr
