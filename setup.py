@@ -21,8 +21,9 @@ INSTALL_REQUIRES = [
     "tf-keras==2.21.*",
     "tensorflow-model-optimization==0.8.*",
     "tensorflow-serving-api==2.21.*",
-    "tensorboard>=2.20",
-    "ai-edge-litert==2.3.*",  # the TFLite interpreter that can register the tensorflow-text ops  # tf.summary needs it to write scalars; TF 2.21 no longer installs it
+    "tensorboard>=2.20",  # tf.summary needs it to write scalars; TF 2.21 no longer installs it
+    "ai-edge-litert==2.3.*",  # the TFLite interpreter that can register the tensorflow-text ops
+    "matplotlib>=3.8",  # attention alignment pictures and training curves
     "sacrebleu>=2,<3",
     "sentencepiece>=0.2,<0.3",  # its fast BPE trainer learns the wordpiece inventory
     "PyYAML>=6",
@@ -32,6 +33,9 @@ EXTRAS_REQUIRE = {
     "dev": [
         "pytest>=8",
         "hypothesis>=6",
+        "nbclient>=0.10",  # runs examples/quickstart.ipynb in the tests
+        "nbformat>=5",
+        "ipykernel>=6",
     ],
 }
 
@@ -48,7 +52,10 @@ setup(
     packages=find_packages(include=["gnmt_tf", "gnmt_tf.*", "export", "export.*", "serving", "serving.*"])
     + ["gnmt_tf.configs"],
     package_dir={"gnmt_tf.configs": "configs"},
-    package_data={"gnmt_tf.configs": ["*.yaml"]},
+    package_data={
+        "gnmt_tf.configs": ["*.yaml"],
+        "serving": ["models.config", "batching_parameters.txt", "run_tf_serving.sh"],
+    },
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     classifiers=[
