@@ -10,7 +10,7 @@ import os
 import sys
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gnmt_tf.summary",
         description="Build the GNMT model of a config and print its layers and parameter counts.",
@@ -22,7 +22,11 @@ def main(argv=None) -> int:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one config field, e.g. --set model.units=512 (repeatable)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from gnmt_tf.config import ConfigError, load_config, parse_overrides
