@@ -102,16 +102,24 @@ def main(argv=None) -> int:
         return 2
 
 
-def _run(args) -> int:
-    from gnmt_tf import model_dir as layout
-    from gnmt_tf.config import ConfigError, load_config, parse_overrides
+def _cli_overrides(args) -> dict:
+    """``--set`` pairs plus the flags that are shortcuts for config fields."""
+    from gnmt_tf.config import parse_overrides
 
-    model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
     overrides = parse_overrides(args.overrides)
     if args.max_steps is not None:
         overrides["training.max_steps"] = args.max_steps
     if args.max_minutes is not None:
         overrides["training.max_minutes"] = args.max_minutes
+    return overrides
+
+
+def _run(args) -> int:
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.config import ConfigError, load_config
+
+    model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
+    overrides = _cli_overrides(args)
 
     resuming = layout.has_config(model_dir)
     if resuming:
@@ -145,7 +153,7 @@ def _run(args) -> int:
 def _run_refine(args) -> int:
     """``--refine qat``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
     from gnmt_tf import model_dir as layout
-    from gnmt_tf.config import ConfigError, load_config, parse_overrides
+    from gnmt_tf.config import ConfigError, load_config
     from gnmt_tf.data import read_tsv
 
     init_dir, model_dir = args.init_from, args.model_dir
@@ -160,11 +168,7 @@ def _run_refine(args) -> int:
         )
     if args.strategy != "default":
         raise ConfigError(f"--strategy {args.strategy} is not available yet; use --strategy default")
-    overrides = parse_overrides(args.overrides)
-    if args.max_steps is not None:
-        overrides["training.max_steps"] = args.max_steps
-    if args.max_minutes is not None:
-        overrides["training.max_minutes"] = args.max_minutes
+    overrides = _cli_overrides(args)
 
     from gnmt_tf.qat import quantization_aware_config
 

@@ -119,13 +119,16 @@ def _policy(entry, where: str) -> VersionPolicy:
     return VersionPolicy("latest", num_versions=num or 1)
 
 
-def load_model_config_file(path: str) -> list:
+def _read_flag_file(path: str, flag: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+            return handle.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read --model_config_file {path}: {error}") from None
-    return parse_model_config(text, source=path)
+        raise ConfigError(f"cannot read {flag} {path}: {error}") from None
+
+
+def load_model_config_file(path: str) -> list:
+    return parse_model_config(_read_flag_file(path, "--model_config_file"), source=path)
 
 
 # -------------------------------------------------------------------------------------------- batching
@@ -258,12 +261,7 @@ def parse_batching_parameters(text: str, source: str = "batching parameters") ->
 
 
 def load_batching_parameters_file(path: str) -> BatchingOptions:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read --batching_parameters_file {path}: {error}") from None
-    return parse_batching_parameters(text, source=path)
+    return parse_batching_parameters(_read_flag_file(path, "--batching_parameters_file"), source=path)
 
 
 # ---------------------------------------------------------------------------------------------- limits
