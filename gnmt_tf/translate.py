@@ -6,6 +6,11 @@ Sentences are decoded with the paper's beam search (section 7) in batches of
 similar length. With --n-best N > 1 each sentence gets N lines in the Moses
 n-best format ``INDEX ||| TRANSLATION ||| SCORE`` (INDEX counts input lines from
 0; a blank line gets no entries).
+
+With --plot-attention DIR the attention matrix of each sentence's best
+translation (eq. 4-5) is also drawn, one PNG per input line in input order:
+DIR/0001.png for the first line, DIR/0002.png for the second, ... (a blank line
+gets a picture saying it is empty). See gnmt_tf.plots.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gnmt_tf.translate",
         description=__doc__.split("\n\n")[1],
+        epilog=__doc__.split("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
@@ -48,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunk-size", type=int, default=1000,
         help="lines read, sorted by length and translated at a time (default: 1000)",
+    )
+    parser.add_argument(
+        "--plot-attention", default=None, metavar="DIR",
+        help="also write the attention matrix of each line's best translation as DIR/0001.png, "
+        "DIR/0002.png, ... (one per input line, in input order; DIR is created if needed)",
     )
     add_decoding_arguments(parser)
     return parser
@@ -79,7 +90,12 @@ def main(argv=None) -> int:
     from gnmt_tf.config import ConfigError
     from gnmt_tf.model_dir import ModelDirError
 
+    if args.plot_attention and os.path.exists(args.plot_attention) and not os.path.isdir(args.plot_attention):
+        print(f"error: --plot-attention {args.plot_attention} exists and is not a directory", file=sys.stderr)
+        return 2
     try:
+        if args.plot_attention:
+            os.makedirs(args.plot_attention, exist_ok=True)
         translator, _ = load_translator(args)
         source = open(args.input, encoding="utf-8", errors="replace") if args.input else io.TextIOWrapper(
             sys.stdin.buffer, encoding="utf-8", errors="replace"
@@ -102,6 +118,7 @@ def main(argv=None) -> int:
 def translate_stream(translator, source, target, args) -> int:
     """Translate ``source`` line by line into ``target``, ``args.chunk_size`` lines at a time."""
     overrides = decoding_overrides(args)
+    plot_directory = getattr(args, "plot_attention", None)
     started = time.monotonic()
     count = 0
     chunk = []
@@ -109,15 +126,24 @@ def translate_stream(translator, source, target, args) -> int:
     def flush():
         nonlocal count
         lines = [line.rstrip("\n").rstrip("\r") for line in chunk]
-        if args.n_best > 1:
-            results = translator.translate_nbest(lines, n_best=args.n_best, **overrides)
+        if args.n_best > 1 or plot_directory:
+            results = translator.translate_nbest(
+                lines, n_best=args.n_best, return_attention=bool(plot_directory), **overrides
+            )
             for offset, nbest in enumerate(results):
+                if args.n_best == 1:  # what translator.translate gives
+                    target.write((nbest[0].text if nbest else "") + "\n")
+                    continue
                 for hypothesis in nbest:
                     target.write(f"{count + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n")
         else:
             for translation in translator.translate(lines, **overrides):
                 target.write(translation + "\n")
         target.flush()
+        if plot_directory:
+            from gnmt_tf.plots import write_attention_pictures
+
+            write_attention_pictures(results, plot_directory, sentences=lines, first_index=count + 1)
         if translator.truncated:
             print(
                 f"warning: {translator.truncated} input line(s) longer than {translator.max_input_length} "

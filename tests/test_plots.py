@@ -1,0 +1,223 @@
+"""Pictures: attention matrices (gnmt_tf.plots, translate --plot-attention) and training curves (report)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from gnmt_tf import model_dir as layout
+from gnmt_tf import plots
+from gnmt_tf.translator import Translator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+MARK = "\u2581"  # the wordpieces' word-beginning mark
+
+
+def run(args, stdin=None):
+    return subprocess.run([sys.executable, *args], input=stdin, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def translator(trained_number_model):
+    model_dir, _ = trained_number_model
+    model, tokenizer, config = layout.load_model_dir(model_dir)
+    return Translator(model, tokenizer, config.decoding)
+
+
+def word_indices(pieces):
+    """The word each wordpiece belongs to (a piece starting with "▁" begins a word; "</s>" is its own)."""
+    indices, word = [], -1
+    for piece in pieces:
+        if piece.startswith(MARK) or piece == "</s>" or word < 0:
+            word += 1
+        indices.append(word)
+    return indices
+
+
+def cell_luminance(image, axes, rows, columns):
+    """The luminance at the centre of every heat-map cell of a saved picture, [rows, columns]."""
+    height = image.shape[0]
+    box = axes.get_window_extent()  # display pixels, origin at the bottom left
+    luminance = image[..., :3] @ np.array([0.299, 0.587, 0.114])
+    out = np.empty((rows, columns))
+    for i in range(rows):  # row 0 of the matrix is drawn at the top (origin="upper")
+        y = box.y1 - (i + 0.5) * box.height / rows
+        for j in range(columns):
+            x = box.x0 + (j + 0.5) * box.width / columns
+            out[i, j] = luminance[int(height - y), int(x)]
+    return out
+
+
+def test_attention_pictures_follow_the_word_diagonal(translator, tmp_path):
+    """The number task aligns word i with word i; the pictures must show that, cell by cell.
+
+    With a 64-wordpiece vocabulary most words are split into several pieces
+    ("▁t h re e"), so the diagonal is one of words: the row of each word's first
+    target piece (the decision of which source word to translate next) has its
+    largest weight on the pieces of the source word at the same position.
+    """
+    sentences = ["three one four", "", "two five eight nine", "seven six"]
+    expected = ["trois un quatre", "", "deux cinq huit neuf", "sept six"]
+    directory = tmp_path / "attention"
+    paths = plots.plot_attention(translator, sentences, str(directory))
+    assert [os.path.basename(p) for p in paths] == ["0001.png", "0002.png", "0003.png", "0004.png"]
+    assert sorted(os.listdir(directory)) == ["0001.png", "0002.png", "0003.png", "0004.png"]
+    assert imread(paths[1]).shape[:2] == (150, 500)  # the blank line: a 5 x 1.5 inch note
+
+    results = translator.translate_nbest(sentences, n_best=1, return_attention=True)  # what plot_attention drew
+    assert [nbest[0].text if nbest else "" for nbest in results] == expected
+    for sentence, nbest, path in zip(sentences, results, paths):
+        if not sentence:
+            assert nbest == []
+            continue
+        best = nbest[0]
+        attention = best.attention
+        rows, columns = attention.shape
+        assert (rows, columns) == (len(best.target_pieces) + 1, len(best.source_pieces))
+        source_words, target_words = word_indices(best.source_pieces), word_indices(best.target_pieces)
+        word_starts = [i for i, piece in enumerate(best.target_pieces) if piece.startswith(MARK)]
+        assert len(word_starts) == len(sentence.split())
+
+        # The data, independently of any drawing: word k's first target piece attends to source word k.
+        for i in word_starts:
+            assert source_words[int(attention[i].argmax())] == target_words[i], (sentence, i, attention[i])
+
+        # The picture: drawing the same record again gives the same pixels, and its figure tells
+        # where the heat map is in them.
+        figure = plots.save_attention_picture(best, str(tmp_path / "again.png"), title=plots.attention_title(sentence, best))
+        image = imread(path)
+        np.testing.assert_array_equal(image, imread(str(tmp_path / "again.png")))
+        assert image.shape[:2] == (round(figure.get_figheight() * plots.DPI), round(figure.get_figwidth() * plots.DPI))
+        assert image.shape[:2] == (round((1.8 + 0.3 * rows + 0.3) * 100), round((2.6 + 0.3 * columns) * 100))
+        drawn = cell_luminance(image, figure.axes[0], rows, columns)
+        # grey colour map on a fixed [0, 1] scale: a cell's brightness is its weight (to 8-bit precision)
+        np.testing.assert_allclose(drawn, attention, atol=0.01)
+        for i in word_starts:  # the brightest cell of each word-initial row is on the word diagonal
+            assert source_words[int(drawn[i].argmax())] == target_words[i], (sentence, i, drawn[i])
+            assert drawn[i].max() > 0.3 and drawn[i].max() > 2 * np.median(drawn[i])
+
+
+def test_attention_figure_shapes_sizes_and_errors(tmp_path):
+    pieces = ["\u2581a", "b", "</s>"]
+    attention = np.full((3, 3), 1 / 3)
+    with_eos = plots.attention_figure(pieces, ["\u2581x", "y", "</s>"], attention)
+    without_eos = plots.attention_figure(pieces, ["\u2581x", "y"], attention, title="t")
+    assert [t.get_text() for t in with_eos.axes[0].get_yticklabels()] == ["\u2581x", "y", "</s>"]
+    assert [t.get_text() for t in without_eos.axes[0].get_yticklabels()] == ["\u2581x", "y", "</s>"]
+    assert [t.get_text() for t in with_eos.axes[0].get_xticklabels()] == pieces
+    assert len(with_eos.axes) == 2  # the heat map and its colour bar
+    assert tuple(with_eos.get_size_inches()) == (4.0, 3.0)  # lower bounds
+    huge = plots.attention_figure(["p"] * 300, ["q"] * 200, np.zeros((201, 300)))
+    assert tuple(huge.get_size_inches()) == (24.0, 24.0)  # upper bounds
+    with pytest.raises(ValueError, match="attention has shape"):
+        plots.attention_figure(pieces, ["\u2581x"], attention)
+    with pytest.raises(ValueError, match="no attention matrix"):
+        plots.save_attention_picture(plots_translation(None), str(tmp_path / "x.png"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError):
+        plots.write_attention_pictures([[]], str(tmp_path / "file"))
+    # Drawing needs neither pyplot (the user's backend stays untouched) nor TensorFlow.
+    probe = run(["-c", "import sys, gnmt_tf.plots; assert 'matplotlib.pyplot' not in sys.modules, 'pyplot'; "
+                       "assert 'tensorflow' not in sys.modules, 'tensorflow'"])
+    assert probe.returncode == 0, probe.stderr[-2000:]
+
+
+def plots_translation(attention):
+    from gnmt_tf.translator import Translation
+
+    return Translation("x", 0.0, 0.0, ["\u2581x"], ["\u2581a", "</s>"], attention)
+
+
+def test_translate_cli_plots_attention_per_line(trained_number_model, tmp_path, capsys):
+    model_dir, _ = trained_number_model
+    directory = tmp_path / "new" / "pictures"
+    result = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--plot-attention", str(directory),
+                  "--chunk-size", "2"], stdin="one two\n\nfive five five\nnine\nseven\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\nsept\n"  # translations printed as without the option
+    names = sorted(os.listdir(directory))
+    assert names == ["0001.png", "0002.png", "0003.png", "0004.png", "0005.png"]  # numbering spans the chunks
+    shapes = [imread(str(directory / name)).shape for name in names]
+    assert shapes[1][:2] == (150, 500)  # the blank line's note
+    assert shapes[2][1] > shapes[3][1]  # "five five five" has more source pieces than "nine": a wider picture
+
+    from gnmt_tf import translate
+
+    (tmp_path / "taken").write_text("")
+    assert translate.main(["--model-dir", model_dir, "--plot-attention", str(tmp_path / "taken")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    assert "--plot-attention DIR" in translate.build_parser().format_help()
+
+
+def test_read_training_scalars_of_a_real_run(trained_number_model):
+    model_dir, result = trained_number_model
+    scalars = plots.read_training_scalars(model_dir)
+    for key in ("train/loss", "dev/bleu", "train/delta", "train/learning_rate"):
+        steps = [step for step, _ in scalars[key]]
+        assert steps and all(a < b for a, b in zip(steps, steps[1:])), key
+    loss = [value for _, value in scalars["train/loss"]]
+    assert len(loss) == 1000 // 20 and scalars["train/loss"][-1][0] == 1000  # log_every 20 in the fixture
+    assert np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5]) and loss[-1] < loss[0]
+    delta = [value for _, value in scalars["train/delta"]]
+    assert all(1.0 - 1e-6 <= d <= 8.0 + 1e-6 for d in delta)
+    assert delta[0] > 7.0 and delta[-1] == pytest.approx(1.0)  # annealed 8 -> 1 by step 500 (section 6)
+    assert all(v == pytest.approx(0.01) for _, v in scalars["train/learning_rate"])  # Adam's rate throughout
+    assert scalars["dev/bleu"][-1] == (1000, pytest.approx(result.dev_bleu.score, abs=1e-3))
+
+
+def test_report_cli_writes_the_curves(trained_number_model, tmp_path):
+    model_dir, result = trained_number_model
+    run_dir = tmp_path / "run"
+    shutil.copytree(os.path.join(model_dir, "logs"), run_dir / "logs")  # keep the shared model dir untouched
+    out = run(["-m", "gnmt_tf.report", "--model-dir", str(run_dir)])
+    assert out.returncode == 0, out.stderr[-2000:]
+    picture = run_dir / "training_curves.png"
+    assert f"wrote {picture}" in out.stdout
+    assert "last step 1000" in out.stdout and f"best dev BLEU {result.dev_bleu.score:.2f} (step 1000)" in out.stdout
+    assert imread(str(picture)).shape[:2] == (750, 1100)
+
+    from gnmt_tf import report
+
+    elsewhere = tmp_path / "a" / "b" / "curves.png"
+    assert report.main(["--model-dir", str(run_dir), "--output", str(elsewhere)]) == 0
+    assert imread(str(elsewhere)).shape[:2] == (750, 1100)
+
+
+def test_report_errors_without_event_files(tmp_path, capsys):
+    from gnmt_tf import report
+
+    (tmp_path / "logs").mkdir()
+    with pytest.raises(plots.NoTrainingLogs, match="no TensorBoard event files"):
+        plots.read_training_scalars(str(tmp_path))
+    assert report.main(["--model-dir", str(tmp_path)]) == 2
+    assert "no TensorBoard event files" in capsys.readouterr().err
+    assert report.main(["--model-dir", str(tmp_path / "missing")]) == 2
+    assert "directory not found" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "training_curves.png")
+
+
+def test_resumed_runs_and_missing_series(tmp_path):
+    import tensorflow as tf
+
+    logs = tmp_path / "logs" / "train"
+    for points in ([(10, 3.0), (20, 2.0), (30, 1.0)], [(20, 5.0), (30, 6.0), (40, 7.0)]):  # resumed at step 20
+        writer = tf.summary.create_file_writer(str(logs))
+        with writer.as_default():
+            for step, value in points:
+                tf.summary.scalar("loss", value, step=step)
+                tf.summary.text("note", "not a scalar", step=step)
+        writer.close()
+    scalars = plots.read_training_scalars(str(tmp_path))
+    assert scalars == {"train/loss": [(10, 3.0), (20, 5.0), (30, 6.0), (40, 7.0)]}  # the later run wins
+
+    figure = plots.training_curves_figure(scalars)
+    notes = [" ".join(t.get_text() for t in axes.texts) for axes in figure.axes[:4]]
+    assert notes[0] == "" and all("no data" in note for note in notes[1:])
+    assert "dev/bleu" in notes[1] and "train/delta" in notes[2] and "train/learning_rate" in notes[3]
+    plots.save_figure(plots.training_curves_figure({}), str(tmp_path / "empty.png"))  # all empty: still a picture
+    assert imread(str(tmp_path / "empty.png")).shape[:2] == (750, 1100)
