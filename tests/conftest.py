@@ -50,3 +50,27 @@ def trained_number_model(tmp_path_factory):
             for source, target in dev_pairs:
                 handle.write(f"{source}\t{target}\n")
     return model_dir, result
+
+
+@pytest.fixture(scope="session")
+def exported_number_model(trained_number_model, tmp_path_factory):
+    """The fixture model exported once as a SavedModel; returns the version directory.
+
+    Tests that need a model base path of their own copy it (``copy_version``) rather than
+    exporting again: an export (trace, save, check) takes tens of seconds.
+    """
+    from export.exporters import ExportRequest, export
+
+    model_dir, _ = trained_number_model
+    base = str(tmp_path_factory.mktemp("exported") / "gnmt")
+    return export(ExportRequest(model_dir=model_dir, output=base, version=1, log=lambda message: None),
+                  "saved_model")
+
+
+def copy_version(version_dir, base, version=1):
+    """Copy an exported version into ``base/<version>``; returns ``base``."""
+    import shutil
+
+    shutil.copytree(version_dir, os.path.join(base, str(version)))
+    return base
+

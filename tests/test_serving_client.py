@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from conftest import copy_version
 
 from serving.client import GrpcClient, RestClient, ServingError
 
@@ -27,12 +28,10 @@ def run(args, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def server(trained_number_model, tmp_path_factory):
+def server(trained_number_model, exported_number_model, tmp_path_factory):
     """The exported fixture model behind ``python -m serving.server`` on loopback ports."""
     model_dir, _ = trained_number_model
-    base = str(tmp_path_factory.mktemp("client") / "gnmt")
-    exported = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model"])
-    assert exported.returncode == 0, exported.stderr[-3000:]
+    base = copy_version(exported_number_model, str(tmp_path_factory.mktemp("client") / "gnmt"))
     grpc_port, rest_port = free_port(), free_port()
     # The timeout is the watchdog: the server is killed even if the test process dies first.
     process = subprocess.Popen(

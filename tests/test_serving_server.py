@@ -22,6 +22,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from conftest import copy_version
 import tensorflow as tf
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -58,17 +59,9 @@ def _seed_everything():
 
 
 @pytest.fixture(scope="module")
-def exported(trained_number_model, tmp_path_factory):
-    """BASE/NAME of the fixture model exported once, as version 1."""
-    model_dir, _ = trained_number_model
-    base = str(tmp_path_factory.mktemp("serving_server") / "gnmt")
-    result = subprocess.run(
-        [sys.executable, "-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model",
-         "--version", "1"],
-        env=ENV, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return base
+def exported(exported_number_model, tmp_path_factory):
+    """BASE/NAME holding the fixture model's export as version 1."""
+    return copy_version(exported_number_model, str(tmp_path_factory.mktemp("serving_server") / "gnmt"))
 
 
 @pytest.fixture(scope="module")
