@@ -50,27 +50,31 @@ def int8_exports(trained_number_model, tmp_path_factory):
     return model_dir, paths
 
 
-def test_saved_model_int8_translates_within_tolerance_of_float(int8_exports):
-    model_dir, paths = int8_exports
+@pytest.fixture(scope="module")
+def float_baseline(trained_number_model):
+    """Held-out sources, references and the float Keras model's BLEU on them."""
+    model_dir, _ = trained_number_model
     pairs = read_pairs(os.path.join(model_dir, "test.tsv"))
     sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
     model, tokenizer, config = load_model_dir(model_dir)
     float_bleu = corpus_bleu(Translator(model, tokenizer, config.decoding).translate(sources), references).score
+    assert float_bleu > 80  # a model that really translates, so the comparison means something
+    return sources, references, float_bleu
+
+
+def test_saved_model_int8_translates_within_tolerance_of_float(int8_exports, float_baseline):
+    _, paths = int8_exports
+    sources, references, float_bleu = float_baseline
     translate = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
     int8_out = [t.decode() for t in translate(sentences=tf.constant(sources))["translations"].numpy()]
-    int8_bleu = corpus_bleu(int8_out, references).score
-    assert float_bleu > 80  # a model that really translates, so the comparison means something
-    assert int8_bleu >= float_bleu - 0.5
+    assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
 
 
-def test_tflite_int8_translates_within_tolerance_of_float(int8_exports):
+def test_tflite_int8_translates_within_tolerance_of_float(int8_exports, float_baseline):
     from export.tflite import TFLiteTranslator
 
-    model_dir, paths = int8_exports
-    pairs = read_pairs(os.path.join(model_dir, "test.tsv"))
-    sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    model, tokenizer, config = load_model_dir(model_dir)
-    float_bleu = corpus_bleu(Translator(model, tokenizer, config.decoding).translate(sources), references).score
+    _, paths = int8_exports
+    sources, references, float_bleu = float_baseline
     translator = TFLiteTranslator(os.path.join(paths["tflite"], TFLiteExporter.MODEL_FILE))
     int8_out = [t for i in range(0, len(sources), 32) for t in translator.translate(sources[i : i + 32])[0]]
     assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
