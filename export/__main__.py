@@ -58,31 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from export.exporters import EXPORTERS, ExportError, ExportRequest, export
+    from export.exporters import ExportError, ExportRequest, export, validate_request
     from gnmt_tf.config import ConfigError
     from gnmt_tf.model_dir import ModelDirError
 
-    if args.format not in FORMATS:
-        print(f"error: unknown format {args.format!r}; choose one of: {', '.join(FORMATS)}", file=sys.stderr)
-        return 2
-    if args.format not in EXPORTERS:
-        print(f"error: the {args.format} exporter is not available in this version", file=sys.stderr)
-        return 2
-    if args.version is not None and args.version < 1:
-        print(f"error: --version must be a positive integer, got {args.version}", file=sys.stderr)
-        return 2
-    if args.xla and args.format != "saved_model":
-        print("error: --xla applies to --format saved_model only", file=sys.stderr)
-        return 2
-    if args.bleu_tolerance < 0 or args.bleu_sentences < 1:
-        print("error: --bleu-tolerance must be >= 0 and --bleu-sentences >= 1", file=sys.stderr)
-        return 2
     request = ExportRequest(
         model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
         beam_width=args.beam_width, verify_sentences=args.verify_sentences, quantize=args.quantize,
         int8_products=args.int8_products, xla=args.xla, bleu_tolerance=args.bleu_tolerance,
         bleu_sentences=args.bleu_sentences,
     )
+    try:
+        validate_request(request, args.format)
+    except ExportError as err:  # a usage error: nothing was attempted
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         export(request, args.format)
     except (ExportError, ModelDirError, ConfigError) as err:

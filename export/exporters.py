@@ -175,7 +175,8 @@ class TFLiteExporter(Exporter):
 EXPORTERS: Dict[str, Type[Exporter]] = {"saved_model": SavedModelExporter, "tflite": TFLiteExporter}
 
 
-def _validate(request: ExportRequest, format_name: str) -> None:
+def validate_request(request: ExportRequest, format_name: str) -> None:
+    """Raise :class:`ExportError` for a request that cannot be carried out, before any work."""
     if format_name not in EXPORTERS:
         raise ExportError(f"unknown format {format_name!r}; known formats: {', '.join(sorted(EXPORTERS))}")
     if request.quantize not in QUANTIZE:
@@ -183,18 +184,18 @@ def _validate(request: ExportRequest, format_name: str) -> None:
     if request.int8_products not in ("float", "int8"):
         raise ExportError(f"int8 products must be 'float' or 'int8', got {request.int8_products!r}")
     if request.xla and format_name != "saved_model":
-        raise ExportError("XLA compilation applies to the saved_model format only")
-    if request.bleu_tolerance < 0:
-        raise ExportError(f"the BLEU tolerance must be >= 0, got {request.bleu_tolerance}")
+        raise ExportError("--xla applies to --format saved_model only")
+    if request.bleu_tolerance < 0 or request.bleu_sentences < 1:
+        raise ExportError("--bleu-tolerance must be >= 0 and --bleu-sentences >= 1")
     if request.version is not None and request.version < 1:
-        raise ExportError(f"the version must be a positive integer, got {request.version}")
+        raise ExportError(f"--version must be a positive integer, got {request.version}")
 
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
     from gnmt_tf.model_dir import load_model_dir
 
-    _validate(request, format_name)
+    validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
     version = request.version if request.version is not None else next_version(request.output)
     target = os.path.join(request.output, str(version))
