@@ -1,11 +1,13 @@
 """The one configuration system: dataclasses loaded from YAML and validated.
 
-A config file has up to four sections, each a dataclass below::
+A config file has up to six sections, each a dataclass below::
 
     model:     the network (paper sections 3, 6, 8)
     training:  the optimisation recipe (section 8.3) and the delta schedule (section 6)
     decoding:  beam search (section 7)
     data:      wordpieces and batching (sections 4.1, 8.3)
+    parallel:  model parallelism and the hybrid scheme (section 3.3)
+    rl:        refinement with the GLEU reward (section 5)
 
 Every field has a default and a docstring (``field_doc``).  Loading is strict:
 an unknown key, a value of the wrong type or a value outside its allowed range
@@ -236,6 +238,99 @@ class DataConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Model parallelism (section 3.3) and the hybrid data/model-parallel scheme (Ono et al. 2019).
+
+    Independent of the data-parallel ``--strategy``: these settings place one
+    model replica's layers on several devices of one machine.
+    """
+
+    mode: Literal["none", "model", "hybrid"] = _doc(
+        "'none': the whole model on one device. 'model': each LSTM layer on its configured "
+        "device, run as a wavefront so that layer i+1 works on time step t while layer i works "
+        "on step t+1 (section 3.3); the softmax split over the vocabulary into softmax_shards. "
+        "'hybrid': the LSTM stacks model-parallel as in 'model', then attention and softmax "
+        "data-parallel over the gathered hidden states, the batch split across the devices "
+        "(needs model.input_feeding: false).",
+        default="none",
+    )
+    devices: List[str] = _doc(
+        "Devices the layers are placed on, e.g. ['/device:CPU:0', '/device:CPU:1'] or GPUs; "
+        "empty means every local device of the accelerator type (GPU, else CPU).",
+        default_factory=list,
+    )
+    encoder_layer_devices: Optional[List[int]] = _doc(
+        "For each encoder layer (the bi-directional bottom one first), the index in `devices` "
+        "it runs on; null spreads the layers over the devices in contiguous blocks.",
+        default=None,
+    )
+    decoder_layer_devices: Optional[List[int]] = _doc(
+        "For each decoder layer, the index in `devices` it runs on (the attention runs with "
+        "the bottom layer); null spreads the layers in contiguous blocks.",
+        default=None,
+    )
+    softmax_shards: int = _doc(
+        "The softmax projection is split over the vocabulary into this many slices, one per "
+        "device in turn (section 3.3: 'the softmax layer is also partitioned'). 1: no split.",
+        default=1,
+    )
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "softmax_shards")
+        for name in ("encoder_layer_devices", "decoder_layer_devices"):
+            indices = getattr(self, name)
+            if indices is None:
+                continue
+            bad = [i for i in indices if i < 0 or (self.devices and i >= len(self.devices))]
+            if bad:
+                raise ConfigError(
+                    f"{where}.{name}: device indices must be in [0, {len(self.devices) or 'len(devices)'}), got {bad}"
+                )
+
+
+@dataclass
+class RLConfig:
+    """Refinement with the expected GLEU reward (section 5, eq. 8-9): ``--refine rl``."""
+
+    samples: int = _doc(
+        "m: outputs sampled from the model per source sentence; their mean reward is the "
+        "baseline subtracted from each sample's reward (section 5: 15).",
+        default=15,
+    )
+    ml_weight: float = _doc(
+        "alpha of eq. 9, O_mixed = alpha * O_ML + O_RL, with O_ML the summed log-likelihood of "
+        "each reference sentence (section 5: 0.017).",
+        default=0.017,
+    )
+    reward_units: Literal["wordpieces", "words"] = _doc(
+        "What GLEU counts n-grams of. The paper's 'sub-sequences of 1, 2, 3 or 4 tokens in output "
+        "and target sequence' are over the model's output tokens, the wordpieces; 'words' joins "
+        "wordpieces into words first (as BLEU sees them).",
+        default="wordpieces",
+    )
+    max_order: int = _doc("Longest n-gram GLEU counts (section 5: 4).", default=4)
+    max_length_ratio: float = _doc(
+        "Sampled outputs stop after this many times the source length in wordpieces (as "
+        "decoding.max_length_ratio), if no end-of-sentence was sampled before.",
+        default=2.0,
+    )
+    patience: int = _doc(
+        "Refinement stops after this many dev evaluations in a row without a better dev BLEU "
+        "('until BLEU score on a dev set does not change'); the best checkpoint is kept.",
+        default=3,
+    )
+
+    def validate(self, where: str) -> None:
+        _positive(self, where, "samples", "max_order", "max_length_ratio", "patience")
+        _non_negative(self, where, "ml_weight")
+        if self.samples < 2:
+            raise ConfigError(
+                f"{where}.samples: must be at least 2 (the baseline is the mean reward of the samples), "
+                f"got {self.samples}"
+            )
+
+
+@dataclass
 class GNMTConfig:
     """A whole run: model, training recipe, decoding and data settings."""
 
@@ -243,10 +338,17 @@ class GNMTConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
 
     def validate(self) -> "GNMTConfig":
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate(f.name)
+        if self.parallel.mode == "hybrid" and self.model.input_feeding:
+            raise ConfigError(
+                "parallel.mode: 'hybrid' computes attention for all target positions at once after "
+                "the bottom decoder layer, which input feeding forbids; set model.input_feeding: false"
+            )
         if self.training.delta_start < self.model.clip_delta:
             raise ConfigError(
                 f"training.delta_start: must be >= model.clip_delta ({self.model.clip_delta}), "
@@ -412,6 +514,10 @@ def _coerce(value: Any, hint: Any, label: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{label}: expected a number, got {value!r}")
         return float(value)
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{label}: expected a list, got {value!r}")
+        return [_coerce(item, args[0], f"{label}[{i}]") for i, item in enumerate(value)]
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{label}: expected a string, got {value!r}")
