@@ -28,7 +28,7 @@ from gnmt_tf.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.int8_inference import dense_product
-from gnmt_tf.stack import LSTMState, ResidualLSTMStack, build_sublayer, run_over_time
+from gnmt_tf.stack import LSTMState, ResidualLSTMStack, build_sublayer, placement_scope, run_over_time
 
 
 class DecoderState(NamedTuple):
@@ -82,7 +82,8 @@ class GNMTDecoder(keras.layers.Layer):
         embedding_dim = int(input_shape[-1])
         bottom_input = embedding_dim + (self.encoder_width if self.config.input_feeding else 0)
         build_sublayer(self.bottom_cell, (None, bottom_input))
-        self.attention.build_for(self.config.units, self.encoder_width)
+        with placement_scope(self.attention):
+            self.attention.build_for(self.config.units, self.encoder_width)
         build_sublayer(self.upper, (None, None, self.config.units))
         build_sublayer(self.softmax_projection, (None, self.config.units))
         super().build(input_shape)

@@ -61,6 +61,10 @@ class GNMTEncoder(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, embedded: tf.Tensor, mask: tf.Tensor, training=None) -> tf.Tensor:
+        return self.upper(self.bottom_layer(embedded, mask, training=training), mask=mask, training=training)
+
+    def bottom_layer(self, embedded: tf.Tensor, mask: tf.Tensor, training=None) -> tf.Tensor:
+        """Layer 1: embedded source -> the two directions' outputs concatenated (fig. 3)."""
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         x = self.input_dropout(embedded, training=training)
         forward, _ = run_over_time(self.forward_cell, x, mask)
@@ -69,5 +73,4 @@ class GNMTEncoder(keras.layers.Layer):
         reversed_x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
         backward, _ = run_over_time(self.backward_cell, reversed_x, mask)
         backward = tf.reverse_sequence(backward, lengths, seq_axis=1, batch_axis=0)
-        bottom = tf.concat([forward, backward], axis=-1)  # fig. 3
-        return self.upper(bottom, mask=mask, training=training)
+        return tf.concat([forward, backward], axis=-1)  # fig. 3

@@ -26,6 +26,7 @@ from gnmt_tf.cell import uniform_initializer
 from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.decoder import DecoderState, GNMTDecoder
 from gnmt_tf.encoder import GNMTEncoder
+from gnmt_tf import model_parallel
 from gnmt_tf.int8_inference import embedding_lookup
 from gnmt_tf.stack import build_sublayer
 from gnmt_tf.vocab import PAD_ID
@@ -37,6 +38,9 @@ class GNMT(keras.Model):
 
     Args:
         config: a :class:`~gnmt_tf.config.ModelConfig` (or its dict form).
+        parallel: an optional :class:`~gnmt_tf.config.ParallelConfig`: model parallelism or the
+            hybrid scheme for teacher forcing (:mod:`gnmt_tf.model_parallel`); None or mode
+            ``none`` keeps the whole model on one device.
 
     Attributes:
         clip_delta: the non-trainable scalar variable delta of eq. 10, shared by
@@ -44,7 +48,7 @@ class GNMT(keras.Model):
             :meth:`set_clip_delta` to change it.
     """
 
-    def __init__(self, config: Union[ModelConfig, Dict[str, Any]], **kwargs):
+    def __init__(self, config: Union[ModelConfig, Dict[str, Any]], parallel=None, **kwargs):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = model_config_from_dict(config)
@@ -70,6 +74,11 @@ class GNMT(keras.Model):
         self.decoder = GNMTDecoder(
             config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta, name="decoder"
         )
+        # Which device each layer runs on (section 3.3), from a ParallelConfig; None: one device.
+        # Placement is not architecture: get_config and the checkpoint do not record it.
+        self.placement = model_parallel.resolve_placement(parallel, config)
+        if self.placement is not None:
+            model_parallel.assign_devices(self, self.placement)
 
     # ------------------------------------------------------------------ building
     def build(self, input_shape=None):
@@ -98,6 +107,8 @@ class GNMT(keras.Model):
 
     def forward(self, source_ids, target_input_ids, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
         """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S])."""
+        if self.placement is not None:  # layers on their devices (gnmt_tf.model_parallel)
+            return model_parallel.forward(self, source_ids, target_input_ids, training=training)
         memory = self.encode(source_ids, training=training)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
         return self.decoder(

@@ -31,13 +31,20 @@ from gnmt_tf.cell import GNMTLSTMCell, clip
 LSTMState = Tuple[tf.Tensor, tf.Tensor]
 
 
+def placement_scope(layer: keras.layers.Layer):
+    """``tf.device`` of the device model parallelism gave ``layer`` (section 3.3), else a no-op."""
+    device = getattr(layer, "placement_device", None)
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:
     """Build a sublayer that is used through methods rather than ``__call__``.
 
-    Weights get the sublayer's name as their scope, as ``__call__`` would give them.
+    Weights get the sublayer's name as their scope, as ``__call__`` would give them,
+    and are created on the layer's device when model parallelism placed it.
     """
     if not layer.built:
-        with tf.name_scope(layer.name):
+        with tf.name_scope(layer.name), placement_scope(layer):
             layer.build(tf.TensorShape(input_shape))
 
 

@@ -235,7 +235,7 @@ class Trainer:
         self.last_perplexity: Optional[float] = None
 
         with self.strategy.scope():
-            self.model = GNMT(config.model)
+            self.model = GNMT(config.model, parallel=config.parallel)
             self.model.build()
             self.model.delta_schedule = DeltaSchedule.from_config_section(config)
             optimizer = AdamThenSGD.from_config_section(config)

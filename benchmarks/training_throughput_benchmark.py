@@ -1,0 +1,244 @@
+"""Training throughput of the parallel schemes, in source tokens per second.
+
+    python benchmarks/training_throughput_benchmark.py   # writes benchmarks/results/training_throughput.json
+
+Source tokens/s is the measure of Ono et al. (2019, table 3). Each scheme trains
+the same model (default: the shipped ``small`` config) on one fixed synthetic
+batch with the real training step (``GNMT.train_step`` through ``model.fit``,
+the compiled AdamThenSGD optimizer and delta schedule, as gnmt_tf/training.py
+sets them up): a few warm-up steps (tracing included), then timed steps. Every scheme runs
+``--rounds`` times in alternating order and its best round counts (all are kept).
+
+Schemes, each in its own worker process (logical devices are fixed per process):
+
+* ``default``: the default strategy, one device;
+* ``mirrored``: ``tf.distribute.MirroredStrategy`` over 2 logical CPUs (each
+  replica half of the same global batch);
+* ``model``: ``parallel.mode: model`` over 2 logical CPUs (section 3.3: layers in
+  contiguous blocks, wavefront, softmax in 2 vocabulary shards);
+* ``hybrid``: ``parallel.mode: hybrid`` over 2 logical CPUs (Ono et al. 2019).
+
+Logical CPU devices share the process' thread pools and the machine's cores, so
+on a CPU machine they add no compute: what this measures there is the overhead
+(or the inter-op overlap) of each scheme, not the multi-GPU speed-ups of the papers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from harness import WorkerFailed, run_in_worker_process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCHEMES = ("default", "mirrored", "model", "hybrid")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
+    parser.add_argument("--config", default="small", help="shipped config name or YAML path")
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
+    parser.add_argument("--batch", type=int, default=None, help="sentence pairs per step (default: training.batch_size)")
+    parser.add_argument("--min-length", type=int, default=15, help="shortest source/target, in wordpieces")
+    parser.add_argument("--max-length", type=int, default=30, help="longest source/target, in wordpieces")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (the first one traces)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--devices", type=int, default=2, help="logical CPUs for the parallel schemes")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="each scheme this many times, in alternating order; the best round counts"
+    )
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=os.path.join(HERE, "results", "training_throughput.json"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------- worker
+def synthetic_batch(np, rng, batch, min_length, max_length, vocab_size):
+    """Right-padded (source, target input, target output) with lengths uniform in [min, max]."""
+    from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+
+    def sentences():
+        lengths = rng.integers(min_length, max_length + 1, size=batch)
+        tokens = np.full((batch, max_length + 1), PAD_ID, np.int32)
+        for row, length in enumerate(lengths):
+            tokens[row, :length] = rng.integers(4, vocab_size, size=length)
+        return tokens, lengths
+
+    source, source_lengths = sentences()
+    source[np.arange(batch), source_lengths] = EOS_ID
+    words, lengths = sentences()
+    target_in = np.full_like(words, PAD_ID)
+    target_out = np.full_like(words, PAD_ID)
+    for row, length in enumerate(lengths):
+        target_in[row, : length + 1] = np.insert(words[row, :length], 0, BOS_ID)
+        target_out[row, : length + 1] = np.append(words[row, :length], EOS_ID)
+    return source, target_in, target_out
+
+
+def run_worker(args) -> dict:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, ROOT)
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    scheme = args.scheme
+    if scheme != "default":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
+    from gnmt_tf.config import ParallelConfig, load_config
+    from gnmt_tf.losses import SequenceCrossEntropy
+    from gnmt_tf.model import GNMT
+    from gnmt_tf.optimizer import AdamThenSGD
+    from gnmt_tf.schedules import DeltaSchedule
+
+    config = load_config(args.config)
+    batch = args.batch or config.training.batch_size
+    devices = [f"/device:CPU:{i}" for i in range(args.devices)]
+    parallel = None
+    if scheme in ("model", "hybrid"):
+        parallel = ParallelConfig(mode=scheme, devices=devices, softmax_shards=args.devices if scheme == "model" else 1)
+    if scheme == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    else:
+        strategy = tf.distribute.get_strategy()
+
+    keras.utils.set_random_seed(config.training.seed)
+    with strategy.scope():  # as gnmt_tf.training.Trainer builds it
+        model = GNMT(config.model, parallel=parallel)
+        model.build()
+        model.delta_schedule = DeltaSchedule.from_config_section(config)
+        optimizer = AdamThenSGD.from_config_section(config)
+        optimizer.build(model.trainable_variables)
+        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+
+    rng = np.random.default_rng(0)
+    source, target_in, target_out = synthetic_batch(
+        np, rng, batch, args.min_length, args.max_length, config.model.vocab_size
+    )
+    dataset = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat()
+    started = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)
+    warmup_seconds = time.perf_counter() - started
+    started, cpu_started = time.perf_counter(), time.process_time()
+    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+    seconds = time.perf_counter() - started
+    # CPU time of all this process' threads: less sensitive than wall time to other jobs on the machine.
+    cpu_seconds = time.process_time() - cpu_started
+    source_tokens = int((source != 0).sum())
+    target_tokens = int((target_out != 0).sum())
+    placement = getattr(model, "placement", None)
+    return {
+        "scheme": scheme,
+        "devices": devices if scheme != "default" else ["/device:CPU:0"],
+        "placement": None if placement is None else {
+            "encoder": list(placement.encoder), "decoder": list(placement.decoder),
+            "softmax_shards": placement.softmax_shards,
+        },
+        "replicas": strategy.num_replicas_in_sync,
+        "warmup_seconds": round(warmup_seconds, 1),
+        "seconds_per_step": round(seconds / args.steps, 4),
+        "source_tokens_per_second": round(source_tokens * args.steps / seconds, 1),
+        "target_tokens_per_second": round(target_tokens * args.steps / seconds, 1),
+        "cpu_seconds_per_step": round(cpu_seconds / args.steps, 4),
+        "source_tokens_per_cpu_second": round(source_tokens * args.steps / cpu_seconds, 1),
+        "loss_after": round(float(history.history["loss"][-1]), 4),
+        "source_tokens_per_batch": source_tokens,
+        "target_tokens_per_batch": target_tokens,
+        "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
+    }
+
+
+# ---------------------------------------------------------------------------------- driver
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_worker(args)))
+        return 0
+    sys.path.insert(0, ROOT)
+    from gnmt_tf.config import load_config
+
+    config = load_config(args.config)
+    batch = args.batch or config.training.batch_size
+    common = ["--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
+              "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
+              "--devices", str(args.devices)]
+    runs = {scheme: [] for scheme in args.schemes}
+    for round_number in range(args.rounds):
+        # Alternating order (ABCD, DCBA, ...): other jobs on the machine skew whichever runs when they do.
+        order = args.schemes if round_number % 2 == 0 else list(reversed(args.schemes))
+        for scheme in order:
+            print(f"round {round_number + 1}, scheme {scheme}:", file=sys.stderr, flush=True)
+            try:
+                answer, info = run_in_worker_process(__file__, args.threads, [*common, "--scheme", scheme], timeout=1800)
+            except WorkerFailed as err:
+                print(err, file=sys.stderr)
+                return 1
+            answer["worker"] = info
+            runs[scheme].append(answer)
+            print(json.dumps(answer), file=sys.stderr, flush=True)
+    rows = []
+    for scheme, rounds in runs.items():
+        best = max(rounds, key=lambda r: r["source_tokens_per_second"])
+        rows.append({
+            "scheme": scheme,
+            "source_tokens_per_second": best["source_tokens_per_second"],
+            "seconds_per_step": best["seconds_per_step"],
+            "source_tokens_per_second_rounds": [r["source_tokens_per_second"] for r in rounds],
+            "source_tokens_per_cpu_second": max(r["source_tokens_per_cpu_second"] for r in rounds),
+            "rounds": rounds,
+        })
+    default = next((r for r in rows if r["scheme"] == "default"), None)
+    for row in rows:
+        row["ratio_to_default"] = (
+            round(row["source_tokens_per_second"] / default["source_tokens_per_second"], 3) if default else None
+        )
+        row["cpu_ratio_to_default"] = (
+            round(row["source_tokens_per_cpu_second"] / default["source_tokens_per_cpu_second"], 3) if default else None
+        )
+    model = config.model
+    report = {
+        "benchmark": "training throughput (source tokens/s) of the parallel schemes, one fixed synthetic batch",
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "threads": args.threads,
+        "config": args.config,
+        "model": {
+            "vocab_size": model.vocab_size, "units": model.units, "encoder_layers": model.encoder_layers,
+            "decoder_layers": model.decoder_layers, "attention_units": model.attention_units,
+            "dropout": model.dropout, "input_feeding": model.input_feeding,
+        },
+        "batch": batch,
+        "lengths": [args.min_length, args.max_length],
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+        "logical_devices": args.devices,
+        "rounds": args.rounds,
+        "results": rows,
+    }
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+    print(f"wrote {args.output}", file=sys.stderr)
+    for r in rows:
+        loads = [run["worker"]["load_average_before"][0] for run in r["rounds"]]
+        print(
+            f"{r['scheme']:>9}: {r['source_tokens_per_second']:8.1f} source tokens/s (best of "
+            f"{r['source_tokens_per_second_rounds']})  {r['seconds_per_step']:.3f} s/step  "
+            f"x{r['ratio_to_default']}  {r['source_tokens_per_cpu_second']:7.1f} per CPU-second "
+            f"x{r['cpu_ratio_to_default']}  (1-min load before each round: {loads})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
