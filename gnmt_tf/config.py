@@ -182,6 +182,13 @@ class TrainingConfig:
         "--refine qat`, for a short fine-tune of a trained model before int8 export.",
         default=False,
     )
+    objective: Literal["ml", "rl"] = _doc(
+        "'ml': maximum likelihood (eq. 7). 'rl': refinement with the mixed objective of eq. 9, "
+        "alpha * O_ML + O_RL with the expected GLEU reward (section 5; the `rl` section), dev BLEU "
+        "checked every eval_every steps and the run stopped after rl.patience evaluations without "
+        "improvement. Set by `python -m gnmt_tf.train --refine rl`.",
+        default="ml",
+    )
 
     def validate(self, where: str) -> None:
         _positive(

@@ -64,6 +64,9 @@ class GNMT(keras.Model):
         # A function of the optimizer's step giving delta (section 6); when set,
         # every training step assigns delta from it before the forward pass.
         self.delta_schedule = None
+        # When set, an object whose ``train_step(model, data)`` replaces the maximum-likelihood
+        # step (eq. 7), e.g. the mixed RL objective of eq. 9 (gnmt_tf.reinforce.MixedObjective).
+        self.training_objective = None
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
         )
@@ -127,6 +130,8 @@ class GNMT(keras.Model):
         ``learning_rate``, ``delta``, and ``source_tokens`` / ``target_tokens`` (real
         tokens in the batch, for throughput).
         """
+        if self.training_objective is not None:  # e.g. RL refinement (gnmt_tf.reinforce)
+            return self.training_objective.train_step(self, data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if self.delta_schedule is not None:
             self.clip_delta.assign(self.delta_schedule(self.optimizer.iterations))

@@ -6,13 +6,15 @@ then prints dev BLEU and sample translations and leaves a self-contained model
 directory. With ``--config configs/gnmt_wmt14_enfr.yaml --train ... --dev ...``
 it runs the paper's recipe. Run it again with the same ``--model-dir`` to resume.
 
-``--refine qat --init-from MODEL_DIR --model-dir OUT`` fine-tunes an already trained
-model instead: quantization-aware training (section 6, eq. 12; see gnmt_tf.qat),
-a short run in which every LSTM kernel is fake-quantized to int8, so that the int8
-export loses as little as possible. OUT gets the model's config (training section:
-the fine-tuning recipe, ``training.quantization_aware: true``), vocabulary and dev
-split, and is a normal model directory (translate, evaluate, export). Give the data
-the model was trained on with --train (default: the built-in data, as for training).
+``--refine qat|rl --init-from MODEL_DIR --model-dir OUT`` fine-tunes an already
+trained model instead. ``qat``: quantization-aware training (section 6, eq. 12; see
+gnmt_tf.qat), a short run in which every LSTM kernel is fake-quantized to int8, so
+that the int8 export loses as little as possible. ``rl``: refinement with the
+expected GLEU reward (section 5, eq. 8-9; see gnmt_tf.reinforce), plain SGD without
+dropout until dev BLEU stops improving. OUT gets the model's config (training
+section: the fine-tuning recipe), vocabulary and dev split, and is a normal model
+directory (translate, evaluate, export). Give the data the model was trained on
+with --train (default: the built-in data, as for training).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 DEFAULT_CONFIG = "small"
 DEV_FILE = "dev.tsv"  # the dev split, kept in the model directory
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
-REFINEMENTS = ("qat",)  # fine-tunes of a trained model (--refine); "rl" (section 5) may follow
+REFINEMENTS = ("qat", "rl")  # fine-tunes of a trained model (--refine)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--refine", choices=REFINEMENTS, default=None,
         help="fine-tune the trained model of --init-from instead of training from scratch: "
-        "qat = quantization-aware training for int8 inference (section 6)",
+        "qat = quantization-aware training for int8 inference (section 6); "
+        "rl = refinement with the expected GLEU reward (section 5)",
     )
     parser.add_argument(
         "--init-from", default=None, metavar="MODEL_DIR",
@@ -150,8 +153,44 @@ def _run(args) -> int:
     return _train_and_report(trainer, model_dir)
 
 
+
+
+def _refinement_config(refine, init_config, overrides):
+    """The fine-tune's config: the model's own, with the training recipe of ``refine``."""
+    if refine == "qat":
+        from gnmt_tf.qat import quantization_aware_config
+
+        return quantization_aware_config(init_config, overrides)
+    from gnmt_tf.reinforce import refinement_config
+
+    return refinement_config(init_config, overrides)
+
+
+def _is_refinement(refine, config) -> bool:
+    if refine == "qat":
+        return config.training.quantization_aware
+    return config.training.objective == "rl"
+
+
+def _describe_refinement(refine, config, init_checkpoint) -> str:
+    t = config.training
+    if refine == "qat":
+        return (
+            f"quantization-aware fine-tune of {init_checkpoint}: every LSTM kernel fake-quantized to int8 "
+            f"(eq. 12), plain SGD at {t.sgd_learning_rate:g} for {t.max_steps} steps, delta fixed at "
+            f"{config.model.clip_delta:g}"
+        )
+    rl = config.rl
+    return (
+        f"RL refinement of {init_checkpoint} (section 5): O_mixed = {rl.ml_weight:g} * O_ML + O_RL, "
+        f"expected GLEU over {rl.reward_units} from {rl.samples} samples per sentence; plain SGD at "
+        f"{t.sgd_learning_rate:g}, dropout {config.model.dropout:g}; dev BLEU every {t.eval_every} steps, "
+        f"stopping after {rl.patience} without improvement (or at step {t.max_steps})"
+    )
+
+
 def _run_refine(args) -> int:
-    """``--refine qat``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
+    """``--refine qat|rl``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
     from gnmt_tf import model_dir as layout
     from gnmt_tf.config import ConfigError, load_config
     from gnmt_tf.data import read_tsv
@@ -170,16 +209,16 @@ def _run_refine(args) -> int:
         raise ConfigError(f"--strategy {args.strategy} is not available yet; use --strategy default")
     overrides = _cli_overrides(args)
 
-    from gnmt_tf.qat import quantization_aware_config
-
     resuming = layout.has_config(model_dir)
     if resuming:  # an interrupted fine-tune: its saved recipe, and its own checkpoints
         config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
-        if not config.training.quantization_aware:
-            raise ConfigError(f"{model_dir} holds a model that is not a --refine qat fine-tune; use a new --model-dir")
+        if not _is_refinement(args.refine, config):
+            raise ConfigError(
+                f"{model_dir} holds a model that is not a --refine {args.refine} fine-tune; use a new --model-dir"
+            )
         print(f"model directory {model_dir} exists: resuming the fine-tune with its config.yaml")
     else:
-        config = quantization_aware_config(init_config, overrides)
+        config = _refinement_config(args.refine, init_config, overrides)
     # The network is the checkpoint's; only dropout may differ in the fine-tune.
     if dataclasses.replace(config.model, dropout=init_config.model.dropout) != init_config.model:
         raise ConfigError(
@@ -208,12 +247,7 @@ def _run_refine(args) -> int:
 
     from gnmt_tf.training import Trainer
 
-    t = config.training
-    print(
-        f"quantization-aware fine-tune of {init_checkpoint}: every LSTM kernel fake-quantized to int8 "
-        f"(eq. 12), plain SGD at {t.sgd_learning_rate:g} for {t.max_steps} steps, delta fixed at "
-        f"{config.model.clip_delta:g}"
-    )
+    print(_describe_refinement(args.refine, config, init_checkpoint))
     trainer = Trainer(
         config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
         init_checkpoint=init_checkpoint,

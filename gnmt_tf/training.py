@@ -173,7 +173,11 @@ class TrainingSummaries(keras.callbacks.Callback):
 
 
 class DevEvaluation(keras.callbacks.Callback):
-    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``."""
+    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``.
+
+    With a patience (RL refinement), stops the run after that many evaluations in a row
+    without a better dev BLEU.
+    """
 
     def __init__(self, trainer: "Trainer", every: int):
         super().__init__()
@@ -186,6 +190,13 @@ class DevEvaluation(keras.callbacks.Callback):
         step = current_step(self.model)
         if step % self.every == 0:
             self.trainer.evaluate_dev(step)
+            patience = self.trainer.patience
+            if patience is not None and self.trainer.evaluations_since_best >= patience:
+                control = self.trainer.control
+                control.stop_reason = control.stop_reason or (
+                    f"dev BLEU did not improve in {patience} evaluations (rl.patience)"
+                )
+                self.model.stop_training = True
 
 
 class Trainer:
@@ -203,6 +214,9 @@ class Trainer:
 
     With ``training.quantization_aware`` every LSTM kernel is fake-quantized (eq. 12) in
     training and in dev evaluation (:mod:`gnmt_tf.qat`); checkpoints hold the float weights.
+    With ``training.objective: rl`` each step is the mixed objective of eq. 9 with the GLEU
+    reward (:mod:`gnmt_tf.reinforce`), and the run stops once dev BLEU has not improved for
+    ``rl.patience`` evaluations.
     """
 
     def __init__(
@@ -246,6 +260,16 @@ class Trainer:
             from gnmt_tf.qat import enable_quantization_aware_training
 
             self.quantization_aware = enable_quantization_aware_training(self.model)
+        # RL refinement (section 5): the mixed objective of eq. 9 replaces the ML step, and the
+        # run stops once dev BLEU has not improved for rl.patience evaluations.
+        self.patience: Optional[int] = None
+        self.evaluations_since_best = 0
+        if config.training.objective == "rl":
+            from gnmt_tf.gleu import reward_function
+            from gnmt_tf.reinforce import MixedObjective
+
+            self.model.training_objective = MixedObjective(config.rl, reward_function(config.rl, tokenizer))
+            self.patience = config.rl.patience
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
@@ -305,6 +329,7 @@ class Trainer:
         self.last_bleu, self.last_perplexity = bleu, perplexity
         self._evaluated_step = step
         improved = self.best_bleu is None or bleu.score > self.best_bleu
+        self.evaluations_since_best = 0 if improved else self.evaluations_since_best + 1
         if improved:
             self.best_bleu = bleu.score
             self.best_manager.save(checkpoint_number=step)

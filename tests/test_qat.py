@@ -347,7 +347,7 @@ def test_cli_refine_errors(trained_number_model, tmp_path, capsys):
         (["--init-from", model_dir, "--model-dir", out], "--refine"),
         (["--refine", "qat", "--init-from", model_dir, "--model-dir", out, "--config", "tiny"], "--config"),
         (["--refine", "qat", "--init-from", model_dir], "--model-dir"),
-        (["--refine", "rl", "--init-from", model_dir, "--model-dir", out], "invalid choice"),
+        (["--refine", "distill", "--init-from", model_dir, "--model-dir", out], "invalid choice"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             _train_main(*args)
