@@ -313,6 +313,7 @@ def _load_data(args, config):
 
 
 def _tokenizer(model_dir, config, train_pairs, resuming):
+    from gnmt_tf.config import ConfigError
     from gnmt_tf.tokenizer import WordpieceTokenizer
 
     if os.path.exists(os.path.join(model_dir, WordpieceTokenizer.PIECES_FILE)):
@@ -323,7 +324,10 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
         print(f"warning: {model_dir} has a config but no vocabulary; learning one", file=sys.stderr)
     started = time.monotonic()
     sentences = [side for pair in train_pairs for side in pair]  # one vocabulary for both languages
-    tokenizer = WordpieceTokenizer.learn(sentences, config.model.vocab_size, config.data.max_characters)
+    try:
+        tokenizer = WordpieceTokenizer.learn(sentences, config.model.vocab_size, config.data.max_characters)
+    except ValueError as err:  # a vocabulary too small for the alphabet: a config problem
+        raise ConfigError(f"model.vocab_size / data.max_characters: {err}") from None
     print(
         f"learned a shared wordpiece vocabulary of {tokenizer.vocab_size:,} pieces "
         f"({len(tokenizer.alphabet)} basic characters) in {time.monotonic() - started:.1f} s"
