@@ -60,7 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-minutes", type=float, default=None, help="stop after this many minutes (training.max_minutes)"
     )
     parser.add_argument(
-        "--strategy", choices=STRATEGIES, default="default", help="tf.distribute strategy (default: %(default)s)"
+        "--strategy", choices=STRATEGIES, default="default",
+        help="data parallelism (section 3.3; docs/distributed.md): mirrored = this machine's devices; "
+        "multi_worker = synchronous workers, parameter_server = asynchronous replicas (both from "
+        "TF_CONFIG; a parameter_server worker or ps process just serves); tpu = TPUStrategy (TPU_NAME). "
+        "training.batch_size is the batch of one update, split across synchronous replicas "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logical-cpus", type=int, default=None, metavar="N",
+        help="split this machine's CPU into N logical devices, so that --strategy mirrored can be "
+        "tried without GPUs (for trying, not for speed)",
     )
     parser.add_argument(
         "--refine", choices=REFINEMENTS, default=None,
@@ -99,6 +109,10 @@ def main(argv=None) -> int:
     from gnmt_tf.model_dir import ModelDirError
 
     try:
+        if args.logical_cpus is not None:  # before anything initializes TensorFlow's devices
+            from gnmt_tf.distribute import split_cpu
+
+            split_cpu(args.logical_cpus)
         return _run_refine(args) if args.refine else _run(args)
     except (ConfigError, DataError, ModelDirError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -123,6 +137,7 @@ def _run(args) -> int:
 
     model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
     overrides = _cli_overrides(args)
+    strategy = _strategy(args)  # a parameter-server worker or ps process serves in here
 
     resuming = layout.has_config(model_dir)
     if resuming:
@@ -138,21 +153,33 @@ def _run(args) -> int:
         print(f"model directory {model_dir} exists: resuming with its config.yaml")
     else:
         config = load_config(args.config or DEFAULT_CONFIG, overrides=overrides)
-    if args.strategy != "default":
-        raise ConfigError(f"--strategy {args.strategy} is not available yet; use --strategy default")
 
     train_pairs, dev_pairs = _load_data(args, config)
     tokenizer = _tokenizer(model_dir, config, train_pairs, resuming)
     config.model.vocab_size = tokenizer.vocab_size
-    layout.save_metadata(model_dir, config, tokenizer)
-    _write_dev(model_dir, dev_pairs)
+    if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
+        layout.save_metadata(model_dir, config, tokenizer)
+        _write_dev(model_dir, dev_pairs)
 
     from gnmt_tf.training import Trainer
 
-    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args))
+    trainer = Trainer(
+        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args), strategy=strategy
+    )
     return _train_and_report(trainer, model_dir)
 
 
+def _strategy(args):
+    """The tf.distribute strategy of --strategy (None: default); see gnmt_tf.distribute."""
+    from gnmt_tf.distribute import strategy_for
+
+    return strategy_for(args.strategy)
+
+
+def _is_chief(strategy) -> bool:
+    from gnmt_tf.distribute import is_chief
+
+    return is_chief(strategy)
 
 
 def _refinement_config(refine, init_config, overrides):
@@ -205,8 +232,7 @@ def _run_refine(args) -> int:
             f"--model-dir must be a new directory, not the --init-from model itself ({init_dir}): "
             f"the fine-tune would overwrite the model it starts from"
         )
-    if args.strategy != "default":
-        raise ConfigError(f"--strategy {args.strategy} is not available yet; use --strategy default")
+    strategy = _strategy(args)
     overrides = _cli_overrides(args)
 
     resuming = layout.has_config(model_dir)
@@ -242,15 +268,16 @@ def _run_refine(args) -> int:
     if not args.train:
         print(f"note: fine-tuning on the built-in data (no --train given); if {init_dir} was trained "
               f"on other data, pass that with --train")
-    layout.save_metadata(model_dir, config, tokenizer)
-    _write_dev(model_dir, dev_pairs)
+    if _is_chief(strategy):
+        layout.save_metadata(model_dir, config, tokenizer)
+        _write_dev(model_dir, dev_pairs)
 
     from gnmt_tf.training import Trainer
 
     print(_describe_refinement(args.refine, config, init_checkpoint))
     trainer = Trainer(
         config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
-        init_checkpoint=init_checkpoint,
+        init_checkpoint=init_checkpoint, strategy=strategy,
     )
     return _train_and_report(trainer, model_dir)
 
@@ -262,6 +289,7 @@ def _verbosity(args) -> int:
 
 def _train_and_report(trainer, model_dir) -> int:
     from gnmt_tf import model_dir as layout
+    from gnmt_tf.distribute import WorkerLost
     from gnmt_tf.training import TrainingDiverged
 
     try:
@@ -269,8 +297,14 @@ def _train_and_report(trainer, model_dir) -> int:
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except WorkerLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     print()
     print(f"stopped at step {result.step}: {result.stop_reason}")
+    if not trainer.is_chief:
+        print("this worker is done; the chief evaluates and writes the model directory")
+        return 0
     print(f"dev perplexity: {result.dev_perplexity:.2f}")
     print(f"dev {result.dev_bleu}")
     if result.best_bleu is not None:

@@ -18,6 +18,11 @@ needs, as Keras callbacks:
 Everything that defines the run's state (weights, optimizer moments and step,
 hence the Adam/SGD phase and delta) is in the checkpoint, so a killed run
 resumes where its last checkpoint left it.
+
+Under a ``tf.distribute`` strategy (:mod:`gnmt_tf.distribute`) only the chief writes
+checkpoints, summaries and the dev evaluation (on a one-device copy of the weights);
+the other workers of a synchronous cluster save to a temporary directory and delete it.
+A restarted cluster resumes from the chief's last checkpoint.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from gnmt_tf import distribute
 from gnmt_tf import model_dir as layout
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
@@ -77,6 +83,9 @@ class RunControl(keras.callbacks.Callback):
         self.stop_reason: Optional[str] = None
         self.diverged_message: Optional[str] = None
         self._previous_handlers = {}
+        # In a synchronous multi-worker cluster a signal only records the stop: StopAgreement
+        # then stops every worker after the same step.
+        self.synchronized = False
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -95,7 +104,7 @@ class RunControl(keras.callbacks.Callback):
         if self.stop_reason and self.stop_reason.startswith("signal"):
             raise KeyboardInterrupt(f"second {name}: stopping without saving")
         self.stop_reason = f"signal {name}"
-        if self.model is not None:
+        if self.model is not None and not self.synchronized:
             self.model.stop_training = True
 
     def on_train_batch_end(self, batch, logs=None):
@@ -115,6 +124,24 @@ class RunControl(keras.callbacks.Callback):
             self.model.stop_training = True
         elif self.deadline is not None and time.monotonic() >= self.deadline:
             self.stop_reason = self.stop_reason or "reached the time limit (max_minutes)"
+            self.model.stop_training = True
+
+
+class StopAgreement(keras.callbacks.Callback):
+    """Multi-worker: when any worker stops (signal, time limit, patience), all stop after this step.
+
+    The last callback of the step, so that it sees every other callback's decision; without
+    it a worker leaving ``fit`` alone leaves the others waiting in the next all-reduce.
+    """
+
+    def __init__(self, control: RunControl, agree: Callable[[bool], bool]):
+        super().__init__()
+        self.control = control
+        self.agree = agree
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.agree(bool(self.model.stop_training or self.control.stop_reason)):
+            self.control.stop_reason = self.control.stop_reason or "another worker stopped (a signal or a limit)"
             self.model.stop_training = True
 
 
@@ -145,18 +172,21 @@ class TrainingSummaries(keras.callbacks.Callback):
 
     KEYS = ("loss", "perplexity", "learning_rate", "delta", "gradient_norm")
 
-    def __init__(self, log_dir: str, every: int):
+    def __init__(self, log_dir: str, every: int, replicas: int = 1):
         super().__init__()
         self.writer = tf.summary.create_file_writer(log_dir)
         self.every = every
+        # Distributed logs are the first replica's (Trainer): its token counts stand for each
+        # replica's share of the batch, and its gradient norm for a replica's own gradient.
+        self.replicas = replicas
         self._tokens = 0.0
         self._source_tokens = 0.0
         self._since = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
-        self._tokens += float(logs.get("target_tokens", 0.0))
-        self._source_tokens += float(logs.get("source_tokens", 0.0))
+        self._tokens += float(logs.get("target_tokens", 0.0)) * self.replicas
+        self._source_tokens += float(logs.get("source_tokens", 0.0)) * self.replicas
         step = current_step(self.model)
         if step % self.every:
             return
@@ -164,7 +194,9 @@ class TrainingSummaries(keras.callbacks.Callback):
         with self.writer.as_default(step=step):
             for key in self.KEYS:
                 if key in logs:
-                    tf.summary.scalar(key, float(logs[key]))
+                    # A replica's gradient is that of its loss divided by the replica count.
+                    scale = self.replicas if key == "gradient_norm" else 1
+                    tf.summary.scalar(key, float(logs[key]) * scale)
             tf.summary.scalar("target_tokens_per_second", self._tokens / elapsed)
             tf.summary.scalar("source_tokens_per_second", self._source_tokens / elapsed)
         self.writer.flush()
@@ -197,6 +229,34 @@ class DevEvaluation(keras.callbacks.Callback):
                     f"dev BLEU did not improve in {patience} evaluations (rl.patience)"
                 )
                 self.model.stop_training = True
+
+
+class SegmentEnd(keras.callbacks.Callback):
+    """Runs the per-step callbacks at the end of each segment ("epoch") of ``steps`` steps.
+
+    Parameter-server ``fit`` schedules steps asynchronously and allows only epoch-level
+    callbacks, so the Trainer makes every step a callback acts on a segment end. The logs
+    are the segment's last step (the loss: its mean over the segment); the token counts are
+    scaled to the segment's steps for the throughput summaries.
+    """
+
+    def __init__(self, callbacks: Sequence[keras.callbacks.Callback], steps: int):
+        super().__init__()
+        self.callbacks = list(callbacks)
+        self.steps = steps
+
+    def set_model(self, model):
+        super().set_model(model)
+        for callback in self.callbacks:
+            callback.set_model(model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        for key in ("source_tokens", "target_tokens"):
+            if key in logs:
+                logs[key] = float(logs[key]) * self.steps
+        for callback in self.callbacks:
+            callback.on_train_batch_end(self.steps - 1, logs)
 
 
 class Trainer:
@@ -244,6 +304,10 @@ class Trainer:
         self.log = log
         self.verbose = verbose
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.distributed = self.strategy is not tf.distribute.get_strategy()
+        self.is_chief = distribute.is_chief(self.strategy)  # the one writer of model_dir
+        self.multi_worker = distribute.is_multi_worker(self.strategy)
+        self.coordinated = distribute.uses_coordinator(self.strategy)
         self.best_bleu: Optional[float] = None
         self.last_bleu: Optional[BleuResult] = None
         self.last_perplexity: Optional[float] = None
@@ -255,6 +319,10 @@ class Trainer:
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
             self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+        if self.distributed:
+            # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
+            # default "sum" would add them up over the replicas.
+            self.model.distribute_reduction_method = "first"
         self.quantization_aware = None
         if config.training.quantization_aware:  # before anything traces the model
             from gnmt_tf.qat import enable_quantization_aware_training
@@ -274,9 +342,29 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
         )
-        self.best_manager = tf.train.CheckpointManager(checkpoint, layout.best_dir(model_dir), max_to_keep=1)
-        self.dev_writer = tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev"))
-        self.translator = Translator(self.model, tokenizer, config.decoding)
+        # A non-chief worker of a synchronous cluster takes part in every save, into a
+        # directory of its own that it deletes; only the chief's checkpoint is kept.
+        self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
+            checkpoint, os.path.join(layout.checkpoint_dir(model_dir), f"workertemp_{self.strategy.cluster_resolver.task_id}")
+        )
+        # Distributed, the chief evaluates a one-device copy of the weights: model.evaluate would
+        # need every worker (collectives, or the parameter-server coordinator).
+        self.dev_model = self.model
+        best_checkpoint = checkpoint
+        if self.distributed and self.is_chief:
+            self.dev_model = GNMT(config.model)
+            self.dev_model.build()
+            if config.training.quantization_aware:
+                from gnmt_tf.qat import enable_quantization_aware_training
+
+                enable_quantization_aware_training(self.dev_model)
+            best_checkpoint = tf.train.Checkpoint(model=self.dev_model)
+        self._dev_loss = None
+        self.best_manager = tf.train.CheckpointManager(best_checkpoint, layout.best_dir(model_dir), max_to_keep=1)
+        self.dev_writer = (
+            tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev")) if self.is_chief else None
+        )
+        self.translator = Translator(self.dev_model, tokenizer, config.decoding) if self.is_chief else None
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
         self._restore(init_checkpoint)
@@ -305,22 +393,28 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def evaluate_dev(self, step: int) -> Tuple[float, BleuResult]:
         """Dev perplexity (teacher forcing) and greedy-decoding BLEU; keeps the best checkpoint."""
+        model = self.dev_model
+        if model is not self.model:
+            model.set_weights(self.model.get_weights())
         inference_delta = self.config.model.clip_delta
-        training_delta = float(self.model.clip_delta.numpy())
-        self.model.set_clip_delta(inference_delta)  # section 6: inference runs with delta = 1
+        training_delta = float(model.clip_delta.numpy())
+        model.set_clip_delta(inference_delta)  # section 6: inference runs with delta = 1
         try:
             dev_data = make_dataset(
                 self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
                 bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
             )
-            results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
+            if model is self.model:
+                results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
+            else:
+                results = {"loss": self._copy_loss(dev_data)}
             perplexity = float(math.exp(min(results["loss"], 50.0)))
             sources = [source for source, _ in self.dev_pairs]
             references = [" ".join(target.split()) for _, target in self.dev_pairs]
             hypotheses = self.translator.greedy(sources)
             bleu = corpus_bleu(hypotheses, references)
         finally:
-            self.model.set_clip_delta(training_delta)
+            model.set_clip_delta(training_delta)
         with self.dev_writer.as_default(step=step):
             tf.summary.scalar("perplexity", perplexity)
             tf.summary.scalar("loss", results["loss"])
@@ -340,6 +434,23 @@ class Trainer:
         )
         return perplexity, bleu
 
+    def _copy_loss(self, dev_data) -> float:
+        """The dev loss of the one-device copy, averaged as ``model.evaluate`` does (per pair).
+
+        Computed in this process alone: inside a strategy's ``fit``, Keras would run
+        ``evaluate`` through the strategy even for a model built outside it.
+        """
+        if self._dev_loss is None:
+            loss = SequenceCrossEntropy()
+            model = self.dev_model
+            self._dev_loss = tf.function(lambda x, y: loss(y, model(x, training=False)), reduce_retracing=True)
+        total = pairs = 0.0
+        for x, y in dev_data:
+            count = float(tf.shape(y)[0])
+            total += float(self._dev_loss(x, y)) * count
+            pairs += count
+        return total / max(pairs, 1.0)
+
     # ------------------------------------------------------------------ the run
     def train(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None) -> TrainResult:
         """Train until ``max_steps`` (default: the config's), the time limit, or a signal."""
@@ -356,21 +467,27 @@ class Trainer:
                 f"length filter: {dropped:,} of {len(self.train_pairs):,} training pairs have more than "
                 f"{self.config.data.max_length} wordpieces on a side and are not trained on (data.max_length)"
             )
-        train_data = make_dataset(
-            self.train_pairs, self.tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
-            max_length=self.config.data.max_length, bucket_width=self.config.data.bucket_width,
-            shuffle_buffer=self.config.data.shuffle_buffer, seed=t.seed + self.step, training=True, repeat=True,
-        )
+        train_data = self._training_data()
         self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
-        checkpointing = PeriodicCheckpoint(self.manager, t.checkpoint_every, self.control)
-        callbacks = [
-            self.control,
-            checkpointing,
-            TrainingSummaries(os.path.join(self.model_dir, layout.LOG_DIR, "train"), t.log_every),
-            DevEvaluation(self, t.eval_every),
-        ]
+        checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
+        callbacks = [self.control, checkpointing]
+        if self.is_chief:  # summaries and dev evaluation: the chief's alone
+            callbacks += [
+                TrainingSummaries(
+                    os.path.join(self.model_dir, layout.LOG_DIR, "train"), t.log_every,
+                    replicas=self.strategy.num_replicas_in_sync,
+                ),
+                DevEvaluation(self, t.eval_every),
+            ]
+        if self.multi_worker:
+            self.control.synchronized = True
+            callbacks.append(StopAgreement(self.control, distribute.stop_agreement(self.strategy)))
         # Keras "epochs" are only progress-bar segments here; the step counter decides everything.
         segment = min(t.checkpoint_every, max_steps)
+        if self.coordinated:
+            # Every step some callback acts on (and max_steps) ends a segment.
+            segment = math.gcd(t.log_every, t.checkpoint_every, t.eval_every, self.step, max_steps)
+            callbacks = [SegmentEnd(callbacks, segment)]
         initial_epoch = self.step // segment
         epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
         self.log(
@@ -384,16 +501,58 @@ class Trainer:
                 train_data, steps_per_epoch=segment, epochs=epochs, initial_epoch=initial_epoch,
                 callbacks=callbacks, verbose=self.verbose,
             )
+        except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
+                tf.errors.DeadlineExceededError) as err:
+            if not (self.multi_worker or self.coordinated):
+                raise
+            raise distribute.WorkerLost(
+                f"lost contact with another task of the cluster ({type(err).__name__}: "
+                f"{distribute.failure_reason(err)}). Restart every task with the same command "
+                f"and TF_CONFIG: training resumes from the last checkpoint in "
+                f"{layout.checkpoint_dir(self.model_dir)}"
+            ) from None
         finally:
             self.control.restore_signal_handlers()
         if self.control.stop_reason == "diverged":
             raise TrainingDiverged(self.control.diverged_message)
         checkpointing.model = self.model
         path = checkpointing.save()
-        self.log(f"saved {path}")
+        if self.is_chief:
+            self.log(f"saved {path}")
         return self._finish(self.control.stop_reason or "finished")
 
+    def _training_data(self):
+        """The training batches: a dataset, or for parameter-server training a dataset function."""
+        t, d = self.config.training, self.config.data
+
+        def dataset(pairs, seed):
+            return make_dataset(
+                pairs, self.tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
+                max_length=d.max_length, bucket_width=d.bucket_width, shuffle_buffer=d.shuffle_buffer,
+                seed=seed, training=True, repeat=True,
+            )
+
+        seed = t.seed + self.step  # a resumed run does not replay the batches it began with
+        if self.coordinated:
+            # Each worker reads its own shard in its own order, a whole batch per update
+            # (the paper's asynchronous replicas). Called in graph mode, once per worker.
+            def per_worker(context):
+                shard = self.train_pairs[context.input_pipeline_id::context.num_input_pipelines]
+                return dataset(shard, seed + context.input_pipeline_id)
+
+            return keras.utils.experimental.DatasetCreator(per_worker)
+        data = dataset(self.train_pairs, seed)
+        if self.multi_worker:
+            # Every worker builds the same batches (same seed) and keeps its share of each;
+            # stating it spares tf.data's fallback warning (the data are not files).
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+            data = data.with_options(options)
+        return data
+
     def _finish(self, reason: str) -> TrainResult:
+        if not self.is_chief:  # the chief evaluates and reports
+            return TrainResult(step=self.step, stop_reason=reason)
         if self._evaluated_step != self.step:
             self.evaluate_dev(self.step)
         samples = []

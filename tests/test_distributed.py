@@ -1,0 +1,442 @@
+"""Data parallelism (gnmt_tf.distribute): every --strategy on this CPU-only machine.
+
+* mirrored over 2 logical CPUs follows the default strategy's loss trajectory at the same
+  global batch (a subprocess: logical devices must be set before TensorFlow initializes);
+* multi_worker with 2 worker processes on 127.0.0.1 through the real CLI: the workers end
+  with the same weights, and a killed worker makes its peer fail fast; the restarted
+  cluster resumes from the chief's last checkpoint and reaches max_steps;
+* parameter_server with chief, worker and ps processes: the chief's checkpoint loads and
+  translates in a plain single-process model;
+* tpu reaches the cluster resolver and fails clearly; bad TF_CONFIG fails clearly.
+
+Every child process ends by itself: a watchdog thread in it exits after a bound, the test
+waits with timeouts, and a finally kills whatever is left.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from gnmt_tf import distribute
+from gnmt_tf.config import ConfigError
+from helpers import number_word_pairs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+CHILD_SECONDS = 240  # the watchdog: no child outlives this
+
+# Runs in each child: arms the watchdog, then either the real CLI (optionally slowed down, and
+# saving the final weights for comparison) or the mirrored/default comparison.
+DRIVER = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+
+    watchdog = threading.Timer(float(os.environ["GNMT_TEST_DEADLINE"]), lambda: os._exit(124))
+    watchdog.daemon = True
+    watchdog.start()
+
+    if sys.argv[1] == "cli":
+        from gnmt_tf import training
+        from gnmt_tf.train import main
+
+        pause = float(os.environ.get("GNMT_TEST_STEP_SECONDS", "0"))
+        if pause:  # slow steps, so that the test can kill a worker mid-run
+            step_end = training.RunControl.on_train_batch_end
+
+            def slowed(self, batch, logs=None):
+                time.sleep(pause)
+                return step_end(self, batch, logs)
+
+            training.RunControl.on_train_batch_end = slowed
+        weights_file = os.environ.get("GNMT_TEST_WEIGHTS")
+        if weights_file:
+            train = training.Trainer.train
+
+            def train_and_save(self, *args, **kwargs):
+                result = train(self, *args, **kwargs)
+                import numpy as np
+                np.savez(weights_file, *self.model.get_weights())
+                return result
+
+            training.Trainer.train = train_and_save
+        sys.stdout.flush()
+        sys.exit(main(sys.argv[2:]))
+
+    # "compare": the same tiny run under the default strategy and mirrored over 2 logical CPUs.
+    from gnmt_tf import distribute
+    distribute.split_cpu(2)  # before anything initializes TensorFlow
+    import tf_keras as keras
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.config import load_config
+    from gnmt_tf.tokenizer import WordpieceTokenizer
+    from gnmt_tf.training import Trainer
+    from helpers import number_word_pairs
+
+    out = sys.argv[2]
+    train_pairs = number_word_pairs(400, seed=1, min_len=1)
+    dev_pairs = number_word_pairs(8, seed=2, min_len=1)
+    tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
+    config = load_config("tiny", overrides={
+        "model.vocab_size": tokenizer.vocab_size, "training.batch_size": 16, "training.max_steps": 8,
+        "training.checkpoint_every": 4, "training.eval_every": 1000, "training.log_every": 4,
+    })
+
+    class Record(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps.append({k: float(logs[k]) for k in ("loss", "target_tokens")})
+
+    def run(name, strategy, weights):
+        keras.utils.set_random_seed(1)
+        model_dir = os.path.join(out, name)
+        layout.save_metadata(model_dir, config, tokenizer)
+        trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
+                          verbose=0, strategy=strategy)
+        if weights is not None:
+            trainer.model.set_weights(weights)  # the same starting point for both runs
+        start = trainer.model.get_weights()
+        start_trained = [v.numpy() for v in trainer.model.trainable_variables]
+        record = Record()
+        fit = trainer.model.fit
+        trainer.model.fit = lambda *a, callbacks=(), **k: fit(*a, callbacks=list(callbacks) + [record], **k)
+        result = trainer.train()
+        return start, start_trained, trainer, record.steps, result
+
+    weights, start, default, default_steps, default_result = run("default", None, None)
+    strategy = distribute.strategy_for("mirrored", environ={}, log=lambda m: None)
+    _, _, mirrored, mirrored_steps, mirrored_result = run("mirrored", strategy, weights)
+    trained = lambda trainer: [v.numpy() for v in trainer.model.trainable_variables]
+    end_default, end_mirrored = trained(default), trained(mirrored)
+    print("RESULT " + json.dumps({
+        "replicas": strategy.num_replicas_in_sync,
+        "devices": list(strategy.extended.worker_devices),
+        "default": default_steps, "mirrored": mirrored_steps,
+        "steps": [default_result.step, mirrored_result.step],
+        "dev_perplexity": [default_result.dev_perplexity, mirrored_result.dev_perplexity],
+        "max_weight_change": max(float(abs(a - b).max()) for a, b in zip(start, end_default)),
+        "max_weight_difference": max(float(abs(a - b).max()) for a, b in zip(end_default, end_mirrored)),
+        "checkpoints": sorted(os.listdir(os.path.join(out, "mirrored", "checkpoints"))),
+    }))
+    """
+)
+
+
+@pytest.fixture
+def children():
+    """Start child processes; every one is killed at the end of the test if still running."""
+    started = []
+
+    def start(argv, env, log_path):
+        handle = open(log_path, "w")
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        process.log_path = log_path
+        started.append((process, handle))
+        return process
+
+    yield start
+    for process, handle in started:
+        if process.poll() is None:
+            process.kill()
+        try:
+            process.wait(timeout=30)
+        finally:
+            handle.close()
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.pop("TPU_NAME", None)
+    env.update(
+        PYTHONPATH=os.pathsep.join([ROOT, TESTS]), TF_CPP_MIN_LOG_LEVEL="2",
+        GNMT_TEST_DEADLINE=str(CHILD_SECONDS),
+    )
+    env.update({key: str(value) for key, value in extra.items()})
+    return env
+
+
+def _driver(tmp_path):
+    path = tmp_path / "driver.py"
+    path.write_text(DRIVER)
+    return [sys.executable, str(path)]
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _tf_config(cluster, role, index):
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+
+
+def _log(process):
+    with open(process.log_path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _wait(process, seconds):
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a child did not end within {seconds} s:\n{_log(process)[-3000:]}")
+
+
+def _data_files(tmp_path):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("".join(f"{s}\t{t}\n" for s, t in number_word_pairs(300, seed=1, min_len=1)))
+    dev.write_text("".join(f"{s}\t{t}\n" for s, t in number_word_pairs(8, seed=2, min_len=1)))
+    return ["--train", str(train), "--dev", str(dev)]
+
+
+TINY = [
+    "--config", "tiny", "--quiet",
+    "--set", "training.batch_size=16",
+    "--set", "training.checkpoint_every=4",
+    "--set", "training.log_every=4",
+    "--set", "training.eval_every=1000",
+]
+
+
+def _listening_addresses(port):
+    """The local addresses a LISTEN socket on ``port`` is bound to (from /proc/net/tcp, tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table) as handle:
+            for line in handle.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+# ------------------------------------------------------------------------------ TF_CONFIG
+def test_tf_config_is_checked_against_the_strategy():
+    def config(cluster, role="worker", index=0):
+        return {"TF_CONFIG": _tf_config(cluster, role, index)}
+
+    two_workers = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+    cases = [
+        ("multi_worker", {}, "needs TF_CONFIG describing the cluster"),
+        ("parameter_server", {}, "needs TF_CONFIG describing the cluster"),
+        ("multi_worker", {"TF_CONFIG": "{not json"}, "not valid JSON"),
+        ("multi_worker", {"TF_CONFIG": json.dumps({"cluster": two_workers})}, "no task"),
+        ("multi_worker", config(two_workers, index=2), "task.index 2 is out of range"),
+        ("multi_worker", config(two_workers, role="chief"), "'chief' is not a role of the cluster"),
+        ("multi_worker", config({"worker": ["127.0.0.1"]}), "is not host:port"),
+        ("multi_worker", config({**two_workers, "ps": ["127.0.0.1:2224"]}), "is for --strategy parameter_server"),
+        ("multi_worker", config({**two_workers, "evaluator": ["127.0.0.1:2224"]}, role="evaluator"),
+         "no evaluator task is needed"),
+        ("parameter_server", config(two_workers), "needs exactly 1 chief"),
+        ("parameter_server", config({"chief": ["127.0.0.1:2221"], **two_workers}, role="chief"),
+         "needs at least 1 ps"),
+        ("parameter_server", config({"chief": ["a:1", "b:2"], "worker": ["c:3"], "ps": ["d:4"]}, role="chief"),
+         "needs exactly 1 chief"),
+        ("mirrored", config(two_workers), "trains in this one process"),
+        ("default", config(two_workers), "use --strategy multi_worker"),
+        ("tpu", config(two_workers), "unset TF_CONFIG"),
+    ]
+    for strategy, environ, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            distribute.strategy_for(strategy, environ=environ, log=lambda m: None)
+    # A one-task TF_CONFIG (or one without a cluster) does not get in the way of local strategies.
+    assert distribute.strategy_for("default", environ=config({"worker": ["127.0.0.1:2222"]})) is None
+    assert distribute.read_tf_config({"TF_CONFIG": json.dumps({"cluster": {}})}) is None
+    # The chief: the "chief" task, else worker 0.
+    assert distribute.read_tf_config(config(two_workers, index=0)).is_chief
+    assert not distribute.read_tf_config(config(two_workers, index=1)).is_chief
+
+
+def test_the_command_line_reports_strategy_errors(tmp_path, monkeypatch, capsys):
+    from gnmt_tf.train import main
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert main(["--strategy", "multi_worker", "--model-dir", str(tmp_path / "m")]) == 2
+    assert "--strategy multi_worker needs TF_CONFIG" in capsys.readouterr().err
+    monkeypatch.setenv("TF_CONFIG", _tf_config({"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "worker", 0))
+    assert main(["--strategy", "parameter_server", "--model-dir", str(tmp_path / "m")]) == 2
+    assert "needs exactly 1 chief task(s)" in capsys.readouterr().err
+    assert main(["--logical-cpus", "0", "--model-dir", str(tmp_path / "m")]) == 2
+    assert "--logical-cpus must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()  # nothing was written before the check
+
+
+def test_logical_cpus_after_initialization_is_a_clear_error():
+    import tensorflow as tf
+
+    tf.constant(1.0) + 1.0  # this process's TensorFlow is initialized (it is, in a test session)
+    with pytest.raises(ConfigError, match="already initialized"):
+        distribute.split_cpu(2)
+
+
+def test_tpu_strategy_reaches_the_resolver_and_fails_clearly(tmp_path, children):
+    process = children(
+        _driver(tmp_path) + ["cli", "--strategy", "tpu", "--model-dir", str(tmp_path / "m")],
+        _env(), tmp_path / "tpu.log",
+    )
+    assert _wait(process, 120) == 2
+    output = _log(process)
+    assert "error: --strategy tpu: no TPU through the cluster resolver (TPU_NAME='local')" in output, output
+    assert "TPUs not found" in output  # TensorFlow's own reason, from initialize_tpu_system
+    assert "Traceback" not in output
+
+
+# ------------------------------------------------------------------------------ mirrored
+def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(tmp_path, children):
+    process = children(_driver(tmp_path) + ["compare", str(tmp_path)], _env(), tmp_path / "compare.log")
+    assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
+    result = json.loads(_log(process).split("RESULT ", 1)[1].splitlines()[0])
+    assert result["replicas"] == 2 and len(result["devices"]) == 2 and result["devices"][0] != result["devices"][1]
+    assert result["steps"] == [8, 8]
+    default, mirrored = result["default"], result["mirrored"]
+    assert len(default) == len(mirrored) == 8
+    # Same starting weights, same batches, same global batch of 16. What differs: the
+    # default averages the loss over all target tokens of a batch, mirrored averages each
+    # replica's per-token mean over its 8 pairs (Keras divides by the replica count); and
+    # the sums run in another order. With length-bucketed batches the halves have nearly
+    # equal token counts, so the losses differ by ~1e-5 relative (measured); 2e-4 leaves
+    # room for that and is 100x tighter than the loss's own move over these 8 steps (>2%),
+    # which a wrong batch (per replica, not split) or learning rate would show at once.
+    losses_default = np.array([s["loss"] for s in default])
+    losses_mirrored = np.array([s["loss"] for s in mirrored])
+    np.testing.assert_allclose(losses_mirrored, losses_default, rtol=2e-4)
+    assert losses_default[-1] < losses_default[0] * 0.98  # the model did learn in these steps
+    # The global batch is split, not repeated per replica: the first replica (whose token
+    # count the distributed logs show) sees about half of each batch's target tokens.
+    shares = [m["target_tokens"] / d["target_tokens"] for d, m in zip(default, mirrored)]
+    assert all(0.3 < share < 0.7 for share in shares), shares
+    assert result["max_weight_difference"] < 0.1 * result["max_weight_change"]
+    # Dev perplexity: Keras evaluate (default) and the chief's one-device copy (mirrored) agree.
+    np.testing.assert_allclose(result["dev_perplexity"][1], result["dev_perplexity"][0], rtol=1e-2)
+    assert "ckpt-8.index" in result["checkpoints"]
+
+
+# ------------------------------------------------------------------------------ multi_worker
+def test_multi_worker_trains_agrees_and_survives_a_killed_worker(tmp_path, children):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    model_dir = tmp_path / "model"
+    argv = _driver(tmp_path) + ["cli", "--strategy", "multi_worker", "--model-dir", str(model_dir),
+                                *_data_files(tmp_path), *TINY, "--max-steps", "16"]
+
+    def start_cluster(run, **extra):
+        return [
+            children(argv, _env(TF_CONFIG=_tf_config(cluster, "worker", i), **{
+                key: value.format(i=i) for key, value in extra.items()}), tmp_path / f"{run}-worker{i}.log")
+            for i in range(2)
+        ]
+
+    # Run 1, slowed down; worker 1 is killed once the chief has written a checkpoint.
+    first = start_cluster("first", GNMT_TEST_STEP_SECONDS="0.4")
+    index = model_dir / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + CHILD_SECONDS
+    while not index.exists():
+        assert all(p.poll() is None for p in first), [_log(p)[-2000:] for p in first]
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.2)
+    for port in ports:  # TensorFlow's gRPC server binds every interface, whatever TF_CONFIG's host
+        assert _listening_addresses(port) & {"00000000", "00000000000000000000000000000000"}, port
+    first[1].send_signal(signal.SIGKILL)
+    # The survivor notices at its next all-reduce (the peer's port refuses) and exits by itself.
+    started = time.monotonic()
+    assert _wait(first[0], 120) == 3, _log(first[0])[-3000:]
+    lost_after = time.monotonic() - started
+    survivor = _log(first[0])
+    assert "error: lost contact with another task of the cluster" in survivor
+    assert "Restart every task with the same command" in survivor
+    killed_at = int(re.findall(r"ckpt-(\d+)", (index.read_text()))[0])
+    assert 4 <= killed_at < 16
+
+    # Run 2: the whole cluster restarted with the same commands resumes and finishes.
+    second = start_cluster("second", GNMT_TEST_WEIGHTS=str(tmp_path / "weights{i}.npz"))
+    for process in second:
+        assert _wait(process, CHILD_SECONDS) == 0, _log(process)[-3000:]
+    chief, other = (_log(p) for p in second)
+    resumed = int(re.search(r"resuming from \S+ckpt-(\d+) at step (\d+)", chief).group(2))
+    assert resumed >= killed_at  # not from 0: from the chief's last checkpoint
+    assert f"resuming from {model_dir}/checkpoints/ckpt-{resumed} at step {resumed}" in other
+    assert "stopped at step 16: reached max_steps (16)" in chief and "stopped at step 16" in other
+    assert "dev BLEU" in chief and "the chief evaluates" in other
+    # One writer: the chief's checkpoints; the other worker's temporary copies are gone.
+    assert sorted(os.listdir(model_dir / "checkpoints")) == [
+        "checkpoint", "ckpt-12.data-00000-of-00001", "ckpt-12.index", "ckpt-16.data-00000-of-00001",
+        "ckpt-16.index",
+    ]
+    assert os.listdir(model_dir / "best")
+    # Both workers end with the same weights (synchronous all-reduce of the same updates).
+    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+    assert len(weights[0].files) == len(weights[1].files) > 10
+    for name in weights[0].files:
+        np.testing.assert_array_equal(weights[0][name], weights[1][name])
+    print(f"survivor exited {lost_after:.1f} s after its peer was killed; resumed at step {resumed}")
+
+
+# ------------------------------------------------------------------------------ parameter_server
+def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, children):
+    import tensorflow as tf
+
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.model import GNMT
+    from gnmt_tf.translator import Translator
+
+    chief_port, worker_port, ps_port = _free_ports(3)
+    cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"],
+               "ps": [f"127.0.0.1:{ps_port}"]}
+    model_dir = tmp_path / "model"
+    argv = _driver(tmp_path) + ["cli", "--strategy", "parameter_server", "--model-dir", str(model_dir),
+                                *_data_files(tmp_path), *TINY, "--max-steps", "8"]
+    servers = [children(argv, _env(TF_CONFIG=_tf_config(cluster, role, 0)), tmp_path / f"{role}.log")
+               for role in ("ps", "worker")]
+    chief = children(argv, _env(TF_CONFIG=_tf_config(cluster, "chief", 0)), tmp_path / "chief.log")
+    assert _wait(chief, CHILD_SECONDS) == 0, _log(chief)[-3000:] + "".join(_log(s)[-1000:] for s in servers)
+    output = _log(chief)
+    assert "parameter_server: chief of 1 worker(s) and 1 ps task(s)" in output
+    assert "stopped at step 8: reached max_steps (8)" in output
+    # The worker and ps only serve, until they are stopped; their servers listen on every
+    # interface (TensorFlow binds 0.0.0.0 / [::] whatever host TF_CONFIG names).
+    for server, port, role in zip(servers, (ps_port, worker_port), ("ps", "worker")):
+        assert server.poll() is None
+        assert f"parameter_server: {role} 0 serving at 127.0.0.1:{port}" in _log(server)
+        addresses = _listening_addresses(port)
+        assert addresses and addresses <= {"00000000", "00000000000000000000000000000000"}, addresses
+        server.kill()
+
+    # The chief's checkpoint (variables from the ps) restores into a plain one-process model.
+    config, tokenizer = layout.load_metadata(str(model_dir))
+    path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+    assert path.endswith("ckpt-8")
+    assert tf.train.load_variable(path, "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 8
+    model = GNMT(config.model)
+    model.build()
+    tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched().expect_partial()
+    np.testing.assert_array_equal(
+        model.source_embedding.embeddings.numpy(),
+        tf.train.load_variable(path, "model/source_embedding/embeddings/.ATTRIBUTES/VARIABLE_VALUE"),
+    )
+    model.set_clip_delta(config.model.clip_delta)
+    translation = Translator(model, tokenizer).greedy(["one two three"])[0]
+    assert isinstance(translation, str)
+    # The best checkpoint (written from the chief's one-device copy) loads the same way.
+    best, _, _ = layout.load_model_dir(str(model_dir), which="best")
+    assert Translator(best, tokenizer).greedy(["one two three"])[0] == translation
