@@ -47,3 +47,11 @@ def number_word_pairs(n, seed=0, min_len=2, max_len=5):
         digits = rng.integers(0, 10, size=rng.integers(min_len, max_len + 1))
         pairs.append((" ".join(ENGLISH_NUMBERS[d] for d in digits), " ".join(FRENCH_NUMBERS[d] for d in digits)))
     return pairs
+
+
+def write_number_training_tsv(path):
+    """The training pairs of the session's number model (conftest.py) as a TSV file, for --train."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for source, target in number_word_pairs(2000, seed=1, min_len=1):
+            handle.write(f"{source}\t{target}\n")
+    return str(path)

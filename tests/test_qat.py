@@ -15,7 +15,7 @@ from gnmt_tf import qat, quantization
 from gnmt_tf.data import make_dataset, read_tsv
 from gnmt_tf.losses import SequenceCrossEntropy
 from gnmt_tf.model import GNMT
-from helpers import copy_task, number_word_pairs, tiny_model_config
+from helpers import copy_task, tiny_model_config, write_number_training_tsv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -273,10 +273,7 @@ def refined_number_model(trained_number_model, tmp_path_factory):
     init_dir = str(work / "init")
     shutil.copytree(model_dir, init_dir)  # the session fixture is shared: never write into it
     shutil.copy(os.path.join(init_dir, "test.tsv"), os.path.join(init_dir, "dev.tsv"))
-    train_tsv = str(work / "train.tsv")
-    with open(train_tsv, "w", encoding="utf-8") as handle:
-        for source, target in number_word_pairs(2000, seed=1, min_len=1):  # the fixture's training data
-            handle.write(f"{source}\t{target}\n")
+    train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
     code = _train_main(
         "--refine", "qat", "--init-from", init_dir, "--model-dir", out_dir, "--train", train_tsv,

@@ -25,7 +25,7 @@ from gnmt_tf.reinforce import (
     teacher_forcing_inputs,
 )
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
-from helpers import number_word_pairs, tiny_model_config
+from helpers import tiny_model_config, write_number_training_tsv
 
 # A model small enough that every output it can produce is enumerable: 6 symbols, of which
 # it may emit EOS, UNK and two words (never PAD or BOS), and outputs of at most 3 tokens.
@@ -239,10 +239,7 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     softmax.kernel.assign(softmax.kernel * 0.3)
     softmax.bias.assign(softmax.bias * 0.3)
     tf.train.Checkpoint(model=model).save(os.path.join(layout.checkpoint_dir(init_dir), "ckpt"))
-    train_tsv = str(work / "train.tsv")
-    with open(train_tsv, "w", encoding="utf-8") as handle:
-        for source, target in number_word_pairs(2000, seed=1, min_len=1):  # the fixture's training data
-            handle.write(f"{source}\t{target}\n")
+    train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
     code = _train_main(
         "--refine", "rl", "--init-from", init_dir, "--model-dir", out_dir, "--train", train_tsv,
