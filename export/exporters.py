@@ -204,7 +204,9 @@ def export(request: ExportRequest, format_name: str) -> str:
             f"{target} already exists; pass another --version (next free: {next_version(request.output)}) "
             f"or remove it"
         )
-    model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint)
+    model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint, warn=lambda message: request.log(f"warning: {message}"))
+    if request.quantize == "int8":
+        _require_final_delta(request, model, config)
     decoding = config.decoding
     if request.beam_width:
         decoding = type(decoding)(**{**decoding.__dict__, "beam_width": request.beam_width})
@@ -229,6 +231,20 @@ def export(request: ExportRequest, format_name: str) -> str:
 
 
 QUANTIZE = ("none", "int8")
+
+
+def _require_final_delta(request, model, config) -> None:
+    """Section 6's int8 ranges assume the final delta: refuse a checkpoint trained to a larger one."""
+    from gnmt_tf.model_dir import model_delta
+
+    trained, final = model_delta(model), config.model.clip_delta
+    if trained > final * (1 + 1e-6):
+        raise ExportError(
+            f"refusing an int8 export: the {request.checkpoint} checkpoint of {request.model_dir} was trained "
+            f"to delta = {trained:.3g}, not the final delta = {final:g} (its training stopped mid-anneal), and "
+            f"the int8 accumulators of section 6 cover [-{final:g}, {final:g}]. Train it on until delta "
+            f"reaches {final:g}, or export it as float"
+        )
 
 
 def directory_bytes(path: str) -> int:

@@ -305,6 +305,11 @@ def _train_and_report(trainer, model_dir) -> int:
     if not trainer.is_chief:
         print("this worker is done; the chief evaluates and writes the model directory")
         return 0
+    final_delta = trainer.config.model.clip_delta
+    if result.delta is not None and result.delta > final_delta * (1 + 1e-6):
+        print(f"delta: {result.delta:.3g} (the anneal to {final_delta:g} ends at step "
+              f"{trainer.config.training.delta_anneal_steps:,}); the model is evaluated and decoded at "
+              f"delta {result.delta:.3g}, the value it was trained at")
     print(f"dev perplexity: {result.dev_perplexity:.2f}")
     print(f"dev {result.dev_bleu}")
     if result.best_bleu is not None:

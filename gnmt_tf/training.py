@@ -65,6 +65,7 @@ class TrainResult:
     dev_bleu: Optional[BleuResult] = None
     dev_perplexity: Optional[float] = None
     best_bleu: Optional[float] = None
+    delta: Optional[float] = None  # eq. 10's delta of the last checkpoint (it is decoded at it)
     samples: List[Tuple[str, str, str]] = field(default_factory=list)  # (source, reference, translation)
 
 
@@ -396,29 +397,26 @@ class Trainer:
         model = self.dev_model
         if model is not self.model:
             model.set_weights(self.model.get_weights())
-        inference_delta = self.config.model.clip_delta
-        training_delta = float(model.clip_delta.numpy())
-        model.set_clip_delta(inference_delta)  # section 6: inference runs with delta = 1
-        try:
-            dev_data = make_dataset(
-                self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
-                bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
-            )
-            if model is self.model:
-                results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
-            else:
-                results = {"loss": self._copy_loss(dev_data)}
-            perplexity = float(math.exp(min(results["loss"], 50.0)))
-            sources = [source for source, _ in self.dev_pairs]
-            references = [" ".join(target.split()) for _, target in self.dev_pairs]
-            hypotheses = self.translator.greedy(sources)
-            bleu = corpus_bleu(hypotheses, references)
-        finally:
-            model.set_clip_delta(training_delta)
+        # Evaluated at the delta of this step, which is the delta this checkpoint is saved
+        # with and will be decoded at (gnmt_tf.model_dir), so "best" means best as used.
+        dev_data = make_dataset(
+            self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
+            bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
+        )
+        if model is self.model:
+            results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
+        else:
+            results = {"loss": self._copy_loss(dev_data)}
+        perplexity = float(math.exp(min(results["loss"], 50.0)))
+        sources = [source for source, _ in self.dev_pairs]
+        references = [" ".join(target.split()) for _, target in self.dev_pairs]
+        hypotheses = self.translator.greedy(sources)
+        bleu = corpus_bleu(hypotheses, references)
         with self.dev_writer.as_default(step=step):
             tf.summary.scalar("perplexity", perplexity)
             tf.summary.scalar("loss", results["loss"])
             tf.summary.scalar("bleu", bleu.score)
+            tf.summary.scalar("delta", layout.model_delta(model))
         self.dev_writer.flush()
         self.last_bleu, self.last_perplexity = bleu, perplexity
         self._evaluated_step = step
@@ -429,7 +427,8 @@ class Trainer:
             self.best_manager.save(checkpoint_number=step)
             _write_best_bleu(self.model_dir, step, bleu)
         self.log(
-            f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f}"
+            f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f} "
+            f"at delta {layout.model_delta(model):.3g}"
             + (" (best so far)" if improved else f" (best {self.best_bleu:.2f})")
         )
         return perplexity, bleu
@@ -562,7 +561,7 @@ class Trainer:
             samples.append((source, reference, translation))
         return TrainResult(
             step=self.step, stop_reason=reason, dev_bleu=self.last_bleu, dev_perplexity=self.last_perplexity,
-            best_bleu=self.best_bleu, samples=samples,
+            best_bleu=self.best_bleu, delta=layout.model_delta(self.model), samples=samples,
         )
 
 

@@ -270,3 +270,44 @@ def test_cli_reports_bad_input_clearly(tmp_path):
     typo = subprocess.run(_train_cli(str(tmp_path / "m3"), "--set", "model.unitz=3"),
                           env=_env(), timeout=120, capture_output=True, text=True)
     assert typo.returncode == 2 and "model.unitz" in typo.stderr
+
+
+def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
+    # 60 steps of a 600-step anneal: delta ends near 8 - 7 * 59/600 = 7.3, far from 1.
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=60, **{"training.delta_anneal_steps": 600, "training.eval_every": 60}
+    )
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    result = trainer.train()
+    trained_delta = float(trainer.model.clip_delta.numpy())
+    assert trained_delta == pytest.approx(8.0 - 7.0 * 59 / 600, rel=1e-5)
+    assert result.delta == pytest.approx(trained_delta)
+
+    warnings = []
+    for which in ("best", "latest"):
+        model, loaded_tokenizer, _ = layout.load_model_dir(model_dir, which=which, warn=warnings.append)
+        assert float(model.clip_delta.numpy()) == pytest.approx(trained_delta)
+    assert len(warnings) == 2 and f"delta = {trained_delta:.3g}" in warnings[0] and "not the final 1" in warnings[0]
+
+    # It translates as the training process's own model did at the end of the run.
+    from gnmt_tf.translator import Translator
+
+    sources = [source for source, _ in dev_pairs[:6]]
+    assert Translator(model, loaded_tokenizer).greedy(sources) == Translator(trainer.model, tokenizer).greedy(sources)
+
+    # An int8 export of it is refused, naming delta, and writes nothing.
+    from export.exporters import ExportError, ExportRequest, export
+
+    base = tmp_path / "int8"
+    with pytest.raises(ExportError, match=r"delta = 7\.3.*not the final delta = 1"):
+        export(ExportRequest(model_dir=model_dir, output=str(base), quantize="int8", log=lambda m: None),
+               "saved_model")
+    assert not base.exists() or not os.listdir(base)
+
+
+def test_a_run_that_finished_its_anneal_loads_at_delta_one_without_warning(trained_number_model):
+    model_dir, result = trained_number_model
+    warnings = []
+    model, _, _ = layout.load_model_dir(model_dir, warn=warnings.append)
+    assert float(model.clip_delta.numpy()) == 1.0 and result.delta == 1.0
+    assert warnings == []
