@@ -47,7 +47,7 @@ class ExportableTranslator(tf.Module):
     """A trained GNMT and its tokenizer as string-to-string TensorFlow functions.
 
     Args:
-        model: a built :class:`gnmt_tf.model.GNMT` (delta at its inference value).
+        model: a built :class:`gnmt_tf.model.GNMT` (at the delta it was trained at).
         tokenizer: its :class:`gnmt_tf.tokenizer.WordpieceTokenizer`.
         decoding: beam search defaults; ``beam_width`` and ``n_best`` are fixed here.
         max_input_length: source wordpieces kept per sentence (longer ones are truncated).
@@ -71,6 +71,7 @@ class ExportableTranslator(tf.Module):
         self.beam_width = decoding.beam_width
         self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
         self.max_length_ratio = decoding.max_length_ratio
+        self.eos_rule = decoding.eos_rule
         self.max_input_length = max_input_length
         self._defaults = (float(decoding.alpha), float(decoding.beta), float(decoding.beamsize))
         self.translate = tf.function(self._translate, input_signature=[SENTENCES])
@@ -106,7 +107,7 @@ class ExportableTranslator(tf.Module):
             output = beam_search(
                 step, self.model.initial_state(memory), memory.mask, self.beam_width,
                 alpha=alpha, beta=beta, beamsize=beamsize, max_length_ratio=self.max_length_ratio, n_best=n_best,
-                return_attention=return_attention,
+                return_attention=return_attention, eos_rule=self.eos_rule,
             )
         return source_ids, output
 

@@ -15,10 +15,17 @@ of exactly 0 is floored at 1e-10 so that cp stays finite.
 Search, per sentence:
 
 * ``beam_width`` live hypotheses; each step every live hypothesis is extended
-  by every token. Extending with EOS finishes a hypothesis: all ``beam_width``
-  EOS extensions are scored with eq. 14 and merged into a pool of the best
+  by every token. Extending with EOS finishes a hypothesis: the admitted EOS
+  extensions are scored with eq. 14 and merged into a pool of the best
   ``beam_width`` finished hypotheses; the best ``beam_width`` non-EOS
   extensions (by log-probability) stay live. PAD and BOS are never generated.
+* Which EOS extensions are admitted (``eos_rule``): "top_k" (default): only an
+  EOS extension whose log-probability ranks among the ``beam_width`` best
+  extensions of the sentence at this step (EOS and non-EOS alike), as OpenNMT,
+  fairseq and tensor2tensor do; "every_beam": every live hypothesis' EOS
+  extension, however unlikely. Section 7 leaves this open; "every_beam" lets a
+  short, improbable ending into the pool at every step, and eq. 14's scores then
+  favour outputs that are too short (measured: benchmarks/results/quality.json).
 * Local pruning (section 7, first rule): a token whose log-probability is more
   than ``beamsize`` below the best token of the same hypothesis at this step is
   not expanded. CHOICE: the paper's "local score" is read as the token's
@@ -54,6 +61,7 @@ from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 _COVERAGE_FLOOR = 1e-10
 _NEG_INF = float("-inf")
+EOS_RULES = ("top_k", "every_beam")
 
 
 class BeamSearchOutput(NamedTuple):
@@ -101,6 +109,7 @@ def beam_search(
     max_length_ratio: float = 2.0,
     n_best: int = 1,
     return_attention: bool = False,
+    eos_rule: str = "top_k",
 ) -> BeamSearchOutput:
     """Beam search over ``step_fn`` for a batch of sentences (see the module docstring).
 
@@ -114,7 +123,11 @@ def beam_search(
         max_length_ratio: output length limit as a multiple of the source length.
         n_best: hypotheses returned per sentence (<= beam_width).
         return_attention: also return each hypothesis' attention matrix.
+        eos_rule: which EOS extensions may finish a hypothesis: "top_k" or "every_beam"
+            (see the module docstring).
     """
+    if eos_rule not in EOS_RULES:
+        raise ValueError(f"eos_rule must be one of {', '.join(EOS_RULES)}, got {eos_rule!r}")
     if n_best > beam_width:
         raise ValueError(f"n_best ({n_best}) must not exceed beam_width ({beam_width})")
     K = beam_width
@@ -171,7 +184,11 @@ def beam_search(
         eos_scores = eos_log_probs / length_penalty(length, alpha) + coverage_penalty(
             coverage, tf.expand_dims(mask, 1), beta
         )
-        eos_scores = tf.where(tf.math.is_finite(eos_log_probs), eos_scores, _NEG_INF)
+        admitted = tf.math.is_finite(eos_log_probs)
+        if eos_rule == "top_k":  # an EOS must win one of the K best places of this step
+            kth_best = tf.math.top_k(tf.reshape(candidates, [n_active, K * vocab]), k=K).values[:, K - 1 :]
+            admitted = tf.logical_and(admitted, eos_log_probs >= kth_best)
+        eos_scores = tf.where(admitted, eos_scores, _NEG_INF)
         eos_ids = tf.concat([live_ids, tf.fill([n_active, K, 1], EOS_ID)], axis=2)
 
         # Merge them into the pool of the active sentences (pad the pool to length t + 1).
@@ -183,7 +200,10 @@ def beam_search(
         top_scores, top = tf.math.top_k(merged_scores, k=K)
         new_pool_ids = tf.gather(merged_ids, top, batch_dims=1)
         new_pool_log_probs = tf.gather(merged_log_probs, top, batch_dims=1)
-        new_pool_lengths = tf.gather(merged_lengths, top, batch_dims=1)
+        # A place no admitted hypothesis filled stays empty (length 0), as before any was finished.
+        new_pool_lengths = tf.where(
+            tf.math.is_finite(top_scores), tf.gather(merged_lengths, top, batch_dims=1), 0
+        )
         rows = tf.expand_dims(active, 1)
         pool_ids = tf.tensor_scatter_nd_update(tf.pad(pool_ids, [[0, 0], [0, 0], [0, 1]]), rows, new_pool_ids)
         pool_scores = tf.tensor_scatter_nd_update(pool_scores, rows, top_scores)

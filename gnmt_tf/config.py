@@ -215,6 +215,14 @@ class DecodingConfig:
     )
     max_length_ratio: float = _doc("Output length limit as a multiple of the source length (2.0).", default=2.0)
     n_best: int = _doc("Translations returned per sentence.", default=1)
+    eos_rule: Literal["top_k", "every_beam"] = _doc(
+        "Which end-of-sentence extensions finish a hypothesis. 'top_k': only one that ranks among "
+        "the beam_width best extensions of its sentence at that step (OpenNMT, fairseq, "
+        "tensor2tensor). 'every_beam': every live hypothesis' EOS extension enters the finished "
+        "pool, however unlikely. Section 7 does not say; 'every_beam' favours outputs that are "
+        "too short (benchmarks/results/quality.json).",
+        default="top_k",
+    )
 
     def validate(self, where: str) -> None:
         _positive(self, where, "beam_width", "beamsize", "max_length_ratio", "n_best")

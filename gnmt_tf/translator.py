@@ -84,7 +84,7 @@ class Translator:
                 return beam_search(
                     self.model.step, self.model.initial_state(memory), memory.mask, beam_width,
                     alpha=alpha, beta=beta, beamsize=beamsize, max_length_ratio=ratio, n_best=n_best,
-                    return_attention=return_attention,
+                    return_attention=return_attention, eos_rule=self.decoding.eos_rule,
                 )
 
             self._searches[key] = tf.function(

@@ -147,6 +147,37 @@ def test_output_length_is_limited_and_ends_with_eos():
     assert all(len(h) <= 3 for h, _ in out)
 
 
+def eos_outside_top_k_case():
+    # From BOS: A and B (log P -1.07 each) rank above EOS (-1.17); with beam 2 the EOS extension
+    # is third. After A or B, EOS, UNK, A and B are equally likely (log P -1.39 each), so every
+    # longer output has log P below -2.4 and the empty output, if admitted, is the best one.
+    logits = np.full((V, V), NEG)
+    logits[BOS_ID, [EOS_ID, A, B]] = [-0.1, 0.0, 0.0]
+    logits[[A, B], 2:] = 0.0
+    return logits, np.full((V, 2), 0.5)
+
+
+def test_an_eos_outside_the_top_k_does_not_finish_a_hypothesis():
+    logits, attention = eos_outside_top_k_case()
+    settings = dict(beam_width=2, n_best=2, alpha=0.0, beta=0.0, beamsize=INF)
+    log_p = tf.nn.log_softmax(tf.constant(logits, tf.float32)).numpy()
+    every = hypotheses(run_table(logits, attention, eos_rule="every_beam", **settings))
+    top_k = hypotheses(run_table(logits, attention, eos_rule="top_k", **settings))
+    assert every[0][0] == ()  # admitted although it ranked third, and then the best by log P
+    assert every[0][1] == pytest.approx(log_p[BOS_ID, EOS_ID], abs=1e-5)
+    assert () not in [h for h, _ in top_k]
+    # What top_k finishes instead: one token, then EOS (EOS ranks first after A or B).
+    best_one_token = log_p[BOS_ID, A] + log_p[A, EOS_ID]
+    assert top_k[0][0] in [(A,), (B,)]
+    assert top_k[0][1] == pytest.approx(best_one_token, abs=1e-5)
+
+
+def test_eos_rule_is_checked():
+    logits, attention = eos_outside_top_k_case()
+    with pytest.raises(ValueError, match="eos_rule"):
+        run_table(logits, attention, beam_width=2, eos_rule="sometimes")
+
+
 # ----------------------------------------------------------------------------- a real GNMT
 def tiny_gnmt(vocab_size=7, seed=0, scale=1.5, input_feeding=False):
     config = tiny_model_config(vocab_size=vocab_size, units=16, attention_units=8, input_feeding=input_feeding)
@@ -184,13 +215,19 @@ def brute_force_best(model, source, limit):
     return candidates[best], scores[best]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_exact_search_matches_brute_force(seed):
+# Exhaustive settings: 4 emittable tokens and outputs of at most 3 of them before EOS give at
+# most 4^3 = 64 live prefixes, and at most 64 x 5 = 320 extensions a step. "every_beam" finishes
+# every prefix with beam 64; "top_k" admits every EOS extension once the beam holds all 320.
+@pytest.mark.parametrize("seed,eos_rule,beam_width", [
+    (0, "every_beam", 64), (1, "every_beam", 64), (2, "top_k", 320), (3, "top_k", 320),
+])
+def test_exact_search_matches_brute_force(seed, eos_rule, beam_width):
     model = tiny_gnmt(seed=seed, input_feeding=seed % 2 == 1)
     source = np.array([[5, EOS_ID]], np.int32)  # 2 real tokens: outputs of at most 4 tokens
     limit = 4
     best_seq, best_log_prob = brute_force_best(model, source, limit)
-    out = gnmt_search(model, source, beam_width=64, alpha=0.0, beta=0.0, beamsize=INF, max_length_ratio=2.0)
+    out = gnmt_search(model, source, beam_width=beam_width, alpha=0.0, beta=0.0, beamsize=INF,
+                      max_length_ratio=2.0, eos_rule=eos_rule)
     found = hypotheses(out)[0]
     assert found[0] == best_seq
     assert found[1] == pytest.approx(best_log_prob, abs=1e-4)  # alpha = beta = 0: score = log P
