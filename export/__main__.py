@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="int8: eq. 12 weights (one scale per output unit), checked against the float model's dev BLEU",
     )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
-    parser.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    parser.add_argument("--checkpoint", choices=("best", "latest", "averaged"), default="best",
+                        help="which checkpoint of the model directory to export (default: %(default)s)")
     parser.add_argument("--beam-width", type=int, default=None, help="beam width built into the export")
     parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
     parser.add_argument(

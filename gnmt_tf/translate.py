@@ -35,8 +35,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
     )
     group.add_argument(
-        "--checkpoint", choices=("best", "latest"), default="best",
-        help="which checkpoint of the model directory to use (default: best by dev BLEU)",
+        "--checkpoint", choices=("best", "latest", "averaged"), default="best",
+        help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
+        "or the average of the last ones written by python -m gnmt_tf.average",
     )
 
 
