@@ -164,6 +164,13 @@ class TrainingConfig:
         "gives no number; CHOICE: the length of the whole ML run).",
         default=2000000,
     )
+    delta_anneal_time_fraction: Optional[float] = _doc(
+        "For a run bounded by max_minutes: delta also reaches model.clip_delta once this fraction "
+        "of the time budget has passed, if that comes before delta_anneal_steps, so that a run "
+        "stopped by its clock ends fully annealed (a model is always decoded at the delta it was "
+        "trained at). null: by steps only. Not applied under a multi-replica --strategy.",
+        default=None,
+    )
     max_steps: int = _doc("Total maximum-likelihood steps (1.2M + 800k).", default=2000000)
     max_minutes: Optional[float] = _doc(
         "Stop training after this many minutes of wall-clock time (null: no limit). The run "
@@ -199,6 +206,10 @@ class TrainingConfig:
         _non_negative(self, where, "adam_steps", "decay_start", "decay_count", "delta_anneal_steps")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"{where}.max_minutes: must be positive or null, got {self.max_minutes}")
+        if self.delta_anneal_time_fraction is not None and not 0.0 < self.delta_anneal_time_fraction <= 1.0:
+            raise ConfigError(
+                f"{where}.delta_anneal_time_fraction: must be in (0, 1] or null, got {self.delta_anneal_time_fraction}"
+            )
         if self.batch_tokens is not None and self.batch_tokens <= 0:
             raise ConfigError(f"{where}.batch_tokens: must be positive or null, got {self.batch_tokens}")
 

@@ -134,7 +134,7 @@ class GNMT(keras.Model):
             return self.training_objective.train_step(self, data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if self.delta_schedule is not None:
-            self.clip_delta.assign(self.delta_schedule(self.optimizer.iterations))
+            self.delta_schedule.update(self.clip_delta, self.optimizer.iterations)
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compute_loss(x, y, y_pred, sample_weight)

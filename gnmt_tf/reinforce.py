@@ -180,7 +180,7 @@ class MixedObjective:
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
         source_ids, target_input_ids = _pair(x)
         if model.delta_schedule is not None:
-            model.clip_delta.assign(model.delta_schedule(model.optimizer.iterations))
+            model.delta_schedule.update(model.clip_delta, model.optimizer.iterations)
         with tf.GradientTape() as tape:
             loss, logs = self.loss(model, source_ids, target_input_ids, y, training=True)
             # Gradients are summed over replicas; each replica's share of the mean.

@@ -6,6 +6,9 @@ checkpoint (which restores the step) is back on the same schedule.
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 import tensorflow as tf
 import tf_keras as keras
 
@@ -73,21 +76,41 @@ class DeltaSchedule:
 
     CHOICE: linear in the step (lingvo's LinearClippingCapSchedule does the
     same), reaching ``end`` after ``anneal_steps`` and staying there.
+
+    A run bounded in time (``training.max_minutes``) cannot know how many steps
+    it will get, so it may also be given ``anneal_seconds``: delta then reaches
+    ``end`` after that much training time or ``anneal_steps`` steps, whichever
+    comes first, and a run stopped by its clock has finished annealing. The time
+    is measured by :class:`DeltaAnnealClock` (a callback) and enters the step as
+    the variable ``time_cap``; :meth:`update` never raises delta, so a resumed
+    run (whose clock restarts) continues from the delta it was checkpointed at.
     """
 
-    def __init__(self, start: float, end: float, anneal_steps: int):
+    def __init__(self, start: float, end: float, anneal_steps: int, anneal_seconds: Optional[float] = None):
         if end > start:
             raise ValueError(f"delta must anneal downwards: start {start} < end {end}")
+        if anneal_seconds is not None and anneal_seconds <= 0:
+            raise ValueError(f"anneal_seconds must be positive, got {anneal_seconds}")
         self.start = start
         self.end = end
         self.anneal_steps = anneal_steps
+        self.anneal_seconds = anneal_seconds
+        self.time_cap = (
+            tf.Variable(start, trainable=False, dtype=tf.float32, name="delta_time_cap")
+            if anneal_seconds is not None else None
+        )
 
     @classmethod
-    def from_config_section(cls, config: GNMTConfig) -> "DeltaSchedule":
-        return cls(config.training.delta_start, config.model.clip_delta, config.training.delta_anneal_steps)
+    def from_config_section(cls, config: GNMTConfig, timed: bool = True) -> "DeltaSchedule":
+        """The config's schedule; with ``timed`` and ``training.max_minutes`` set, also bounded in time."""
+        t = config.training
+        seconds = None
+        if timed and t.max_minutes is not None and t.delta_anneal_time_fraction is not None:
+            seconds = 60.0 * t.max_minutes * t.delta_anneal_time_fraction
+        return cls(t.delta_start, config.model.clip_delta, t.delta_anneal_steps, seconds)
 
     def __call__(self, step):
-        """delta at ``step``; works on Python numbers and on tensors."""
+        """delta at ``step`` by the step count alone; works on Python numbers and on tensors."""
         if self.anneal_steps == 0:
             progress = 1.0 if not isinstance(step, tf.Tensor) else tf.constant(1.0)
         elif isinstance(step, (tf.Tensor, tf.Variable)):
@@ -95,3 +118,30 @@ class DeltaSchedule:
         else:
             progress = min(float(step) / self.anneal_steps, 1.0)
         return self.start + (self.end - self.start) * progress
+
+    def at_time(self, seconds: float) -> float:
+        """delta after ``seconds`` of training by the clock alone."""
+        progress = min(seconds / self.anneal_seconds, 1.0) if self.anneal_seconds else 1.0
+        return self.start + (self.end - self.start) * progress
+
+    def update(self, delta: tf.Variable, step) -> None:
+        """In the training step: delta <- min(delta, by step, by time), so it only ever falls."""
+        target = tf.cast(self(step), tf.float32)
+        if self.time_cap is not None:
+            target = tf.minimum(target, self.time_cap)
+        delta.assign(tf.minimum(delta, target))
+
+
+class DeltaAnnealClock(keras.callbacks.Callback):
+    """Feeds the training time to a :class:`DeltaSchedule` bounded in time (``anneal_seconds``)."""
+
+    def __init__(self, schedule: DeltaSchedule):
+        super().__init__()
+        self.schedule = schedule
+        self._started = None
+
+    def on_train_begin(self, logs=None):
+        self._started = time.monotonic()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.schedule.time_cap.assign(self.schedule.at_time(time.monotonic() - self._started))

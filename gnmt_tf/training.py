@@ -45,7 +45,7 @@ from gnmt_tf.evaluation import BleuResult, corpus_bleu
 from gnmt_tf.losses import SequenceCrossEntropy
 from gnmt_tf.model import GNMT
 from gnmt_tf.optimizer import AdamThenSGD
-from gnmt_tf.schedules import DeltaSchedule
+from gnmt_tf.schedules import DeltaAnnealClock, DeltaSchedule
 from gnmt_tf.tokenizer import WordpieceTokenizer
 from gnmt_tf.translator import Translator
 
@@ -316,7 +316,8 @@ class Trainer:
         with self.strategy.scope():
             self.model = GNMT(config.model, parallel=config.parallel)
             self.model.build()
-            self.model.delta_schedule = DeltaSchedule.from_config_section(config)
+            # Bounded in time too where one clock rules the run (see DeltaSchedule).
+            self.model.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
             self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
@@ -373,7 +374,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
         path = self.manager.latest_checkpoint
-        if path:
+        if path:  # delta comes back with the weights, and the anneal goes on from it
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
             self.log(f"resuming from {path} at step {self.step}")
         elif init_checkpoint:
@@ -384,6 +385,8 @@ class Trainer:
             tf.train.Checkpoint(model=source).restore(init_checkpoint).assert_existing_objects_matched().expect_partial()
             self.model.set_weights(source.get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
+        if not path:  # a new run starts at the schedule's first delta (it only falls from there)
+            self.model.set_clip_delta(self.model.delta_schedule(0))
         if self.best_manager.latest_checkpoint:  # resumed runs keep comparing against the old best
             self.best_bleu = _read_best_bleu(self.model_dir)
 
@@ -470,6 +473,8 @@ class Trainer:
         self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
         checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
         callbacks = [self.control, checkpointing]
+        if self.model.delta_schedule.time_cap is not None:
+            callbacks.insert(0, DeltaAnnealClock(self.model.delta_schedule))
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(

@@ -88,3 +88,33 @@ def test_optimizer_state_survives_a_checkpoint(tmp_path):
     assert int(fresh.iterations) == 1
     fresh.apply_gradients([(tf.constant([0.3, -0.1]), fresh_variable)])
     np.testing.assert_allclose(fresh_variable.numpy(), expected_next, rtol=1e-7)  # same Adam moments
+
+
+def test_delta_update_takes_the_lowest_of_step_time_and_current_delta():
+    schedule = DeltaSchedule(8.0, 1.0, anneal_steps=1000, anneal_seconds=100.0)
+    assert schedule.at_time(0.0) == 8.0 and schedule.at_time(50.0) == pytest.approx(4.5)
+    assert schedule.at_time(100.0) == 1.0 and schedule.at_time(1e6) == 1.0
+    delta = tf.Variable(8.0)
+    schedule.update(delta, tf.constant(100, tf.int64))  # by step: 8 - 7 * 0.1 = 7.3; the clock: 8
+    assert float(delta) == pytest.approx(7.3)
+    schedule.time_cap.assign(schedule.at_time(50.0))  # the clock is ahead: 4.5
+    schedule.update(delta, tf.constant(200, tf.int64))
+    assert float(delta) == pytest.approx(4.5)
+    # A resumed run's clock restarts (cap back at 8) and its step says 6.6: delta stays at 4.5.
+    schedule.time_cap.assign(schedule.at_time(0.0))
+    schedule.update(delta, tf.constant(200, tf.int64))
+    assert float(delta) == pytest.approx(4.5)
+    # Without a time bound the step count alone decides.
+    untimed = DeltaSchedule(8.0, 1.0, anneal_steps=1000)
+    assert untimed.time_cap is None
+    delta.assign(8.0)
+    untimed.update(delta, tf.constant(500, tf.int64))
+    assert float(delta) == pytest.approx(4.5)
+
+
+def test_only_timed_runs_get_a_time_bound():
+    config = load_config("small")
+    timed = DeltaSchedule.from_config_section(config)
+    assert timed.anneal_seconds == pytest.approx(60 * config.training.max_minutes * 0.5)
+    assert DeltaSchedule.from_config_section(config, timed=False).time_cap is None
+    assert DeltaSchedule.from_config_section(load_config("gnmt_wmt14_enfr")).time_cap is None  # no max_minutes

@@ -311,3 +311,16 @@ def test_a_run_that_finished_its_anneal_loads_at_delta_one_without_warning(train
     model, _, _ = layout.load_model_dir(model_dir, warn=warnings.append)
     assert float(model.clip_delta.numpy()) == 1.0 and result.delta == 1.0
     assert warnings == []
+
+
+def test_a_run_bounded_in_time_ends_fully_annealed(tmp_path):
+    # The step anneal (100k steps) would leave delta near 8; the clock anneal ends after 10% of
+    # 18 s, which the first step (tracing) alone takes about.
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=100_000, **{"training.delta_anneal_steps": 100_000, "training.max_minutes": 0.3,
+                                    "training.delta_anneal_time_fraction": 0.1, "training.eval_every": 100_000}
+    )
+    result = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0).train()
+    assert "time limit" in result.stop_reason and result.step < 100_000
+    assert result.delta == 1.0
+    assert _final_state(model_dir)[1] == 1.0
