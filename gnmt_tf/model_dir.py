@@ -127,10 +127,12 @@ def load_model_dir(
     config, tokenizer = load_metadata(model_dir)
     path = find_checkpoint(model_dir, which)
     if path is None:
-        where = f"{AVERAGED_DIR}/ (run python -m gnmt_tf.average first)" if which == "averaged" else (
-            f"{CHECKPOINT_DIR}/ and {BEST_DIR}/"
-        )
-        raise ModelDirError(f"{model_dir} has no {which} checkpoint yet (looked in {where})")
+        if which == "averaged":
+            raise ModelDirError(
+                f"{model_dir} has no averaged checkpoint yet (looked in {AVERAGED_DIR}/; run python -m "
+                f"gnmt_tf.average --model-dir {model_dir} first)"
+            )
+        raise ModelDirError(f"{model_dir} has no checkpoint yet (looked in {CHECKPOINT_DIR}/ and {BEST_DIR}/)")
     model = build_model(config, path)
     message = unfinished_anneal_message(path, model_delta(model), config.model.clip_delta)
     if message:
