@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEER = os.path.join(ROOT, "..", "shared", "peers", "onmtpy", "run.sh")
 LONG_WORDS = 12  # "long" dev sentences: at least this many source words
+AVERAGED = 3  # checkpoints averaged (fewer if the run kept fewer)
 BUCKETS = ((0, 10), (10, 20), (20, 30), (30, None))  # source words
 
 
@@ -81,7 +82,7 @@ def decodings(config) -> List[Tuple[str, str, Dict]]:
         ("beam alpha=1.0, beta=0.2", "latest", {"alpha": 1.0, "beta": 0.2}),
         (f"beam defaults (alpha={d.alpha:g}, beta={d.beta:g})", "latest", {}),
         ("beam defaults, eos_rule=every_beam (paper-literal)", "latest", {"eos_rule": "every_beam"}),
-        ("beam defaults, averaged last 3 checkpoints", "averaged", {}),
+        (f"beam defaults, averaged last {AVERAGED} (or all kept) checkpoints", "averaged", {}),
         ("beam defaults, best checkpoint (chosen on this dev split)", "best", {}),
     ]
 
@@ -95,10 +96,12 @@ def evaluate_worker(model_dir: str) -> Dict:
     pairs = read_pairs(os.path.join(model_dir, "dev.tsv"))
     sources = [source for source, _ in pairs]
     config, _ = layout.load_metadata(model_dir)
-    try:
-        average_checkpoints(model_dir, last=3, log=lambda message: None)
-    except layout.ModelDirError as err:
-        print(f"not averaging: {err}", file=sys.stderr)
+    import tensorflow as tf
+
+    kept = len(tf.train.get_checkpoint_state(layout.checkpoint_dir(model_dir)).all_model_checkpoint_paths)
+    averaged = min(AVERAGED, kept)
+    if averaged >= 2:
+        average_checkpoints(model_dir, last=averaged, log=lambda message: None)
     results, models = {}, {}
     for name, which, options in decodings(config):
         if which not in models:
