@@ -235,10 +235,10 @@ QUANTIZE = ("none", "int8")
 
 def _require_final_delta(request, model, config) -> None:
     """Section 6's int8 ranges assume the final delta: refuse a checkpoint trained to a larger one."""
-    from gnmt_tf.model_dir import model_delta
+    from gnmt_tf.model_dir import anneal_finished, model_delta
 
     trained, final = model_delta(model), config.model.clip_delta
-    if trained > final * (1 + 1e-6):
+    if not anneal_finished(trained, final):
         raise ExportError(
             f"refusing an int8 export: the {request.checkpoint} checkpoint of {request.model_dir} was trained "
             f"to delta = {trained:.3g}, not the final delta = {final:g} (its training stopped mid-anneal), and "

@@ -100,9 +100,14 @@ def find_checkpoint(model_dir: str, which: str = "best") -> Optional[str]:
     return None
 
 
+def anneal_finished(trained_delta: float, final_delta: float) -> bool:
+    """Whether a checkpoint trained at ``trained_delta`` had reached the final delta (float32 slack)."""
+    return trained_delta <= final_delta * (1 + 1e-6)
+
+
 def unfinished_anneal_message(checkpoint: str, trained_delta: float, final_delta: float) -> Optional[str]:
     """What to tell a user whose checkpoint was saved before delta reached its final value."""
-    if trained_delta <= final_delta * (1 + 1e-6):
+    if anneal_finished(trained_delta, final_delta):
         return None
     return (
         f"{checkpoint} was trained to delta = {trained_delta:.3g}, not the final {final_delta:g} "

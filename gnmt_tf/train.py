@@ -306,7 +306,7 @@ def _train_and_report(trainer, model_dir) -> int:
         print("this worker is done; the chief evaluates and writes the model directory")
         return 0
     final_delta = trainer.config.model.clip_delta
-    if result.delta is not None and result.delta > final_delta * (1 + 1e-6):
+    if result.delta is not None and not layout.anneal_finished(result.delta, final_delta):
         print(f"delta: {result.delta:.3g} (the anneal to {final_delta:g} ends at step "
               f"{trainer.config.training.delta_anneal_steps:,}); the model is evaluated and decoded at "
               f"delta {result.delta:.3g}, the value it was trained at")
