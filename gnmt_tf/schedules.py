@@ -133,15 +133,22 @@ class DeltaSchedule:
 
 
 class DeltaAnnealClock(keras.callbacks.Callback):
-    """Feeds the training time to a :class:`DeltaSchedule` bounded in time (``anneal_seconds``)."""
+    """Feeds the training time to a :class:`DeltaSchedule` bounded in time (``anneal_seconds``).
 
-    def __init__(self, schedule: DeltaSchedule):
+    ``started`` (a ``time.monotonic()`` value) should be the origin of the run's own time limit:
+    the time ``fit`` spends before its first step (building the input pipeline, on a loaded
+    machine many seconds) then counts towards the anneal as it counts towards the limit, so the
+    anneal cannot be left unfinished when the limit stops the run. Default: the start of ``fit``.
+    """
+
+    def __init__(self, schedule: DeltaSchedule, started: Optional[float] = None):
         super().__init__()
         self.schedule = schedule
-        self._started = None
+        self._started = started
 
     def on_train_begin(self, logs=None):
-        self._started = time.monotonic()
+        if self._started is None:
+            self._started = time.monotonic()
 
     def on_train_batch_begin(self, batch, logs=None):
         self.schedule.time_cap.assign(self.schedule.at_time(time.monotonic() - self._started))

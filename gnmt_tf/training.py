@@ -79,7 +79,8 @@ class RunControl(keras.callbacks.Callback):
     def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str]):
         super().__init__()
         self.max_steps = max_steps
-        self.deadline = time.monotonic() + 60.0 * max_minutes if max_minutes else None
+        self.started = time.monotonic()  # the origin of the time limit and of delta's time anneal
+        self.deadline = self.started + 60.0 * max_minutes if max_minutes else None
         self.last_checkpoint = last_checkpoint
         self.stop_reason: Optional[str] = None
         self.diverged_message: Optional[str] = None
@@ -474,7 +475,7 @@ class Trainer:
         checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
         callbacks = [self.control, checkpointing]
         if self.model.delta_schedule.time_cap is not None:
-            callbacks.insert(0, DeltaAnnealClock(self.model.delta_schedule))
+            callbacks.insert(0, DeltaAnnealClock(self.model.delta_schedule, started=self.control.started))
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(
