@@ -28,20 +28,51 @@ def _seed_everything():
 
 
 
+def _built_once_per_run(tmp_path_factory, name, build):
+    """``build(directory)`` once per test run, shared by every pytest-xdist worker.
+
+    Each xdist worker is a process with session fixtures of its own, so a trained or
+    exported model would be built once per worker. The first worker to arrive builds it
+    under a file lock in the run's shared temporary directory and pickles what ``build``
+    returned; the others wait for the lock and load that. Without xdist it simply builds.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build(tmp_path_factory.mktemp(name))
+    import pickle
+    import shutil
+
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # one directory per run, above the workers'
+    directory, result = shared / name, shared / f"{name}.pickle"
+    with FileLock(str(shared / f"{name}.lock")):
+        if result.is_file():
+            return pickle.loads(result.read_bytes())
+        shutil.rmtree(directory, ignore_errors=True)  # a build that failed in another worker
+        directory.mkdir()
+        value = build(directory)
+        result.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def trained_number_model(tmp_path_factory):
     """A tiny GNMT trained for ~1000 steps on the number-word task (English -> French digits).
 
     Shared by the tests that need a model that really translates (training, beam search
     through the Translator, the translate/evaluate command lines). Returns (model_dir, result).
+    Tests must not write into the model directory: copy it first.
     """
+    return _built_once_per_run(tmp_path_factory, "number_model", _train_number_model)
+
+
+def _train_number_model(tmp_path):
     import tf_keras as keras
 
     from test_training import tiny_number_setup
     from gnmt_tf.training import Trainer
 
     keras.utils.set_random_seed(1234)
-    tmp_path = tmp_path_factory.mktemp("number_model")
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
@@ -62,9 +93,10 @@ def exported_number_model(trained_number_model, tmp_path_factory):
     from export.exporters import ExportRequest, export
 
     model_dir, _ = trained_number_model
-    base = str(tmp_path_factory.mktemp("exported") / "gnmt")
-    return export(ExportRequest(model_dir=model_dir, output=base, version=1, log=lambda message: None),
-                  "saved_model")
+    return _built_once_per_run(
+        tmp_path_factory, "exported",
+        lambda directory: export(ExportRequest(model_dir=model_dir, output=str(directory / "gnmt"), version=1,
+                                               log=lambda message: None), "saved_model"))
 
 
 def copy_version(version_dir, base, version=1):
@@ -74,3 +106,20 @@ def copy_version(version_dir, base, version=1):
     shutil.copytree(version_dir, os.path.join(base, str(version)))
     return base
 
+
+
+# The test files that take longest, in the order they start (pyproject.toml runs the suite on two
+# xdist workers, a file at a time, with --no-loadscope-reorder so that this order holds): the
+# longest first, so that the workers finish together instead of one running a long file alone at
+# the end. The first file needs no trained fixture model, so its worker does not sit idle while
+# the other one trains it (the second file's first test).
+LONGEST_FILES_FIRST = (
+    "test_notebook.py", "test_training.py", "test_distributed.py", "test_serving_server.py",
+    "test_export_int8.py", "test_docs.py", "test_export_saved_model.py", "test_translate.py",
+    "test_qat.py", "test_reinforce.py", "test_plots.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: position for position, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

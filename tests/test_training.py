@@ -180,10 +180,10 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
     _write_tsv(dev_tsv, number_word_pairs(50, seed=4))
     data_args = ["--train", train_tsv, "--dev", dev_tsv, *TINY_CLI_ARGS]
 
+    # The uninterrupted run and the run to be killed are independent: they run side by side.
     straight = str(tmp_path / "straight")
-    subprocess.run(_train_cli(straight, *data_args, "--max-steps", "60"), env=_env(), check=True,
-                   timeout=300, capture_output=True)
-
+    straight_process = subprocess.Popen(_train_cli(straight, *data_args, "--max-steps", "60"), env=_env(),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed = str(tmp_path / "killed")
     process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -198,9 +198,12 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
             pytest.fail("the run wrote no checkpoint in time")
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
+        _, straight_errors = straight_process.communicate(timeout=300)
+        assert straight_process.returncode == 0, straight_errors[-2000:]
     finally:
-        if process.poll() is None:
-            process.kill()
+        for running in (process, straight_process):
+            if running.poll() is None:
+                running.kill()
     step_at_kill, _, phase_at_kill = _final_state(killed)
     assert 20 <= step_at_kill < 60 and phase_at_kill  # killed while still in the Adam phase
 
@@ -260,16 +263,20 @@ def test_cli_default_data_smoke_run(tmp_path):
         assert os.path.exists(os.path.join(model_dir, name)), name
 
 
-def test_cli_reports_bad_input_clearly(tmp_path):
-    missing = subprocess.run(_train_cli(str(tmp_path / "m"), "--train", str(tmp_path / "nope.tsv")),
-                             env=_env(), timeout=120, capture_output=True, text=True)
-    assert missing.returncode == 2 and "nope.tsv" in missing.stderr
-    no_lang = subprocess.run(_train_cli(str(tmp_path / "m2"), "--target-lang", "xx"),
-                             env=_env(), timeout=120, capture_output=True, text=True)
-    assert no_lang.returncode == 2 and "--train" in no_lang.stderr
-    typo = subprocess.run(_train_cli(str(tmp_path / "m3"), "--set", "model.unitz=3"),
-                          env=_env(), timeout=120, capture_output=True, text=True)
-    assert typo.returncode == 2 and "model.unitz" in typo.stderr
+def test_cli_reports_bad_input_clearly(tmp_path, capsys):
+    from gnmt_tf.train import main
+
+    def run(*args):  # in-process: usage errors end before any training
+        code = main(["--model-dir", str(tmp_path / "m"), "--quiet", *args])
+        return code, capsys.readouterr().err
+
+    code, errors = run("--train", str(tmp_path / "nope.tsv"))
+    assert code == 2 and "nope.tsv" in errors
+    code, errors = run("--target-lang", "xx")
+    assert code == 2 and "--train" in errors
+    code, errors = run("--set", "model.unitz=3")
+    assert code == 2 and "model.unitz" in errors
+    assert not os.path.exists(tmp_path / "m" / "checkpoints")  # nothing was started
 
 
 def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
