@@ -55,3 +55,28 @@ def write_number_training_tsv(path):
         for source, target in number_word_pairs(2000, seed=1, min_len=1):
             handle.write(f"{source}\t{target}\n")
     return str(path)
+
+
+def run_side_by_side(*commands, env=None, timeout=300):
+    """Run independent command lines at once; returns their CompletedProcess results in order.
+
+    Each command is ``(argv, stdin_text_or_None)``. Every process is killed if it outlives
+    ``timeout`` (the watchdog that keeps a hung child from hanging the suite).
+    """
+    import subprocess
+
+    processes = [
+        subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for argv, stdin in commands
+    ]
+    results = []
+    try:
+        for process, (argv, stdin) in zip(processes, commands):
+            stdout, stderr = process.communicate(input=stdin, timeout=timeout)
+            results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    return results

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.translator import Translator
+from helpers import run_side_by_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -58,37 +58,37 @@ def test_batching_does_not_change_translations(translator):
     assert together == one_by_one
 
 
-def run(args, stdin=None):
-    return subprocess.run([sys.executable, *args], input=stdin, env=ENV, capture_output=True, text=True, timeout=300)
-
-
 def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_path):
     model_dir, _ = trained_number_model
-    result = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--beam-width", "3"],
-                 stdin="one two\n\nfive five five\nnine\n")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\n"
-
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("zero\nsix seven\n", encoding="utf-8")
-    nbest = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(source),
-                 "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "inf"])
+    result, nbest = run_side_by_side(
+        ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--beam-width", "3"],
+         "one two\n\nfive five five\nnine\n"),
+        ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(source),
+          "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "inf"], None),
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\n"
     assert nbest.returncode == 0, nbest.stderr[-2000:]
     lines = output.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and lines[0].startswith("0 ||| zéro ||| ") and lines[2].startswith("1 ||| six sept ||| ")
 
 
-def test_translate_cli_errors(tmp_path):
-    missing = run(["-m", "gnmt_tf.translate", "--model-dir", str(tmp_path / "nothing")], stdin="x\n")
-    assert missing.returncode == 2 and "model directory not found" in missing.stderr
+def test_translate_cli_errors(tmp_path, capsys):
+    from gnmt_tf.translate import main
+
+    assert main(["--model-dir", str(tmp_path / "nothing")]) == 2  # in-process: fails before reading input
+    assert "model directory not found" in capsys.readouterr().err
 
 
 def test_evaluate_cli_reports_bleu_and_speed(trained_number_model):
     model_dir, result = trained_number_model
-    out = run(["-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv", "--json"])
+    evaluate = [sys.executable, "-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv"]
+    out, text = run_side_by_side((evaluate + ["--json"], None), (evaluate, None), env=ENV)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["bleu"] > 70 and report["signature"].startswith("nrefs:1")
     assert report["sentences"] == 100 and report["sentences_per_second"] > 0 and report["words_per_second"] > 0
-    text = run(["-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv"])
     assert text.returncode == 0 and "BLEU = " in text.stdout and "sentences/s" in text.stdout
