@@ -114,9 +114,9 @@ def copy_version(version_dir, base, version=1):
 # the end. The first file needs no trained fixture model, so its worker does not sit idle while
 # the other one trains it (the second file's first test).
 LONGEST_FILES_FIRST = (
-    "test_notebook.py", "test_training.py", "test_distributed.py", "test_serving_server.py",
-    "test_export_int8.py", "test_docs.py", "test_export_saved_model.py", "test_translate.py",
-    "test_qat.py", "test_reinforce.py", "test_plots.py",
+    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py",
+    "test_serving_server.py", "test_export_int8.py", "test_docs.py", "test_export_saved_model.py",
+    "test_translate.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
 )
 
 

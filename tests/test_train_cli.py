@@ -1,0 +1,165 @@
+"""python -m gnmt_tf.train as a user runs it: kill -9 and resume, Ctrl-C, the built-in data, bad input.
+
+Each run is a subprocess with a watchdog (a timeout or a deadline) that ends it by itself.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from gnmt_tf import model_dir as layout
+from helpers import number_word_pairs
+from test_training import _final_state
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train_cli(model_dir, *extra):
+    # Each process ends by itself: a watchdog in the test kills it after a bound.
+    return [sys.executable, "-m", "gnmt_tf.train", "--model-dir", model_dir, "--quiet", *extra]
+
+
+TINY_CLI_ARGS = [
+    "--config", "tiny",
+    "--set", "model.units=48",
+    "--set", "training.checkpoint_every=10",
+    "--set", "training.eval_every=100000",
+    "--set", "training.adam_steps=40",  # the Adam->SGD switch happens after the kill below
+    "--set", "training.sgd_learning_rate=0.1",
+    "--set", "training.delta_anneal_steps=50",  # delta reaches 1.0 before the last step
+    "--set", "data.dev_max_pairs=50",
+]
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    return env
+
+
+def _write_tsv(path, pairs):
+    with open(path, "w", encoding="utf-8") as handle:
+        for source, target in pairs:
+            handle.write(f"{source}\t{target}\n")
+
+
+def _dev_loss(model_dir):
+    model, tokenizer, config = layout.load_model_dir(model_dir, which="latest")
+    from gnmt_tf.data import make_dataset, read_tsv
+
+    pairs, _ = read_tsv(os.path.join(model_dir, "dev.tsv"))
+    data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
+                        shuffle_buffer=1, seed=0, training=False)
+    from gnmt_tf.losses import SequenceCrossEntropy
+
+    model.compile(loss=SequenceCrossEntropy())
+    return model.evaluate(data, verbose=0, return_dict=True)["loss"]
+
+
+def test_killed_run_resumes_to_the_same_state(tmp_path):
+    train_tsv, dev_tsv = str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv")
+    _write_tsv(train_tsv, number_word_pairs(1500, seed=3))
+    _write_tsv(dev_tsv, number_word_pairs(50, seed=4))
+    data_args = ["--train", train_tsv, "--dev", dev_tsv, *TINY_CLI_ARGS]
+
+    # The uninterrupted run and the run to be killed are independent: they run side by side.
+    straight = str(tmp_path / "straight")
+    straight_process = subprocess.Popen(_train_cli(straight, *data_args, "--max-steps", "60"), env=_env(),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = str(tmp_path / "killed")
+    process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            latest = tf.train.latest_checkpoint(layout.checkpoint_dir(killed)) if os.path.isdir(killed) else None
+            if latest and int(latest.rsplit("-", 1)[1]) >= 20:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run wrote no checkpoint in time")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        _, straight_errors = straight_process.communicate(timeout=300)
+        assert straight_process.returncode == 0, straight_errors[-2000:]
+    finally:
+        for running in (process, straight_process):
+            if running.poll() is None:
+                running.kill()
+    step_at_kill, _, phase_at_kill = _final_state(killed)
+    assert 20 <= step_at_kill < 60 and phase_at_kill  # killed while still in the Adam phase
+
+    resumed = subprocess.run(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
+                             timeout=300, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout and f"at step {step_at_kill}" in resumed.stdout
+
+    assert _final_state(killed) == _final_state(straight)  # (60, delta 1.0, SGD phase) for both
+    assert _final_state(straight) == (60, 1.0, False)
+    straight_loss, resumed_loss = _dev_loss(straight), _dev_loss(killed)
+    assert abs(straight_loss - resumed_loss) < 0.15 * straight_loss, (straight_loss, resumed_loss)
+
+
+def test_sigint_finishes_the_run_normally(tmp_path):
+    train_tsv = str(tmp_path / "train.tsv")
+    _write_tsv(train_tsv, number_word_pairs(1500, seed=5))
+    model_dir = str(tmp_path / "model")
+    process = subprocess.Popen(_train_cli(model_dir, "--train", train_tsv, *TINY_CLI_ARGS, "--max-steps", "100000"),
+                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if os.path.isdir(layout.checkpoint_dir(model_dir)) and tf.train.latest_checkpoint(
+                layout.checkpoint_dir(model_dir)
+            ):
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-2000:]
+    assert "signal SIGINT" in stdout and "BLEU" in stdout and "sample translations" in stdout
+    step = int(stdout.split("stopped at step ")[1].split(":")[0])
+    assert tf.train.latest_checkpoint(layout.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
+
+
+def test_cli_default_data_smoke_run(tmp_path):
+    """The main command's path on the built-in data, bounded to a few steps."""
+    if not os.path.isdir("/usr/share/locale/fr/LC_MESSAGES"):
+        pytest.skip("no gettext catalogs on this machine")
+    model_dir = str(tmp_path / "model")
+    result = subprocess.run(
+        _train_cli(model_dir, "--config", "tiny", "--set", "model.vocab_size=600", "--set", "data.dev_max_pairs=40",
+                   "--max-steps", "8"),
+        env=_env(), timeout=400, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "built-in data: gettext catalogs for en->fr" in out
+    assert "held out 40 pairs as the dev split" in out
+    assert "learned a shared wordpiece vocabulary" in out
+    assert "dev BLEU = " in out and "nrefs:1" in out and "sample translations" in out
+    for name in ("config.yaml", "wordpieces.txt", "dev.tsv", "checkpoints", "best", "logs"):
+        assert os.path.exists(os.path.join(model_dir, name)), name
+
+
+def test_cli_reports_bad_input_clearly(tmp_path, capsys):
+    from gnmt_tf.train import main
+
+    def run(*args):  # in-process: usage errors end before any training
+        code = main(["--model-dir", str(tmp_path / "m"), "--quiet", *args])
+        return code, capsys.readouterr().err
+
+    code, errors = run("--train", str(tmp_path / "nope.tsv"))
+    assert code == 2 and "nope.tsv" in errors
+    code, errors = run("--target-lang", "xx")
+    assert code == 2 and "--train" in errors
+    code, errors = run("--set", "model.unitz=3")
+    assert code == 2 and "model.unitz" in errors
+    assert not os.path.exists(tmp_path / "m" / "checkpoints")  # nothing was started
