@@ -13,7 +13,7 @@ Part A, a trained model directory (``python -m gnmt_tf.train`` writes one):
 * for each artifact and each thread count, a fresh worker process loads it as
   a user would (``tf.saved_model.load(dir).signatures["serving_default"]``,
   :class:`export.tflite.TFLiteTranslator`), plus two in-process Python API
-  rows: ``keras`` (:class:`gnmt_tf.translator.Translator` on the model
+  rows: ``keras`` (:class:`gnmt_tf.inference.translator.Translator` on the model
   directory) and ``keras_int8`` (the same inside ``Int8Weights(model).active("int8")``).
   It warms up on one sentence (``first_call_seconds``: includes tracing, and
   XLA compilation for the XLA variants), then translates the first
@@ -39,13 +39,13 @@ and products. ``ms_per_step`` is (time at output length L2 - time at L1) /
 (L2 - L1), so the encoder and fixed costs cancel; every variant is traced and
 warmed up first, then all are timed round robin (``--paper-repeats`` rounds,
 the fastest run per length kept) so that bursts of other load hit all alike.
-(bfloat16 is benchmark-only: it hooks ``gnmt_tf.int8_inference``'s product
+(bfloat16 is benchmark-only: it hooks ``gnmt_tf.quantization.weights``'s product
 function in the worker process; no artifact exports it.)
 
 Part C, the trained model again: eq. 12's per-row scales against Marian's
 per-column 7-sigma rule, int8 products, through the Translator inside
 ``Int8Weights(model, method).active("int8")``: dev BLEU, identity with float,
-and the quantization error of the kernels (``gnmt_tf.quantization.quantization_report``).
+and the quantization error of the kernels (``gnmt_tf.quantization.int8.quantization_report``).
 
 Each worker is a fresh process (TensorFlow fixes its thread pools at start)
 with a timeout; a failed or timed-out worker is recorded as an error and the
@@ -203,12 +203,12 @@ def _load_translate(tf, name, job, threads):
     spec = ARTIFACTS[name]
     if spec["format"] == "keras":
         from gnmt_tf.model_dir import load_model_dir
-        from gnmt_tf.translator import Translator
+        from gnmt_tf.inference.translator import Translator
 
         model, tokenizer, config = load_model_dir(job["model_dir"])
         stack = contextlib.ExitStack()
         if spec["quantize"] == "int8":
-            from gnmt_tf.int8_inference import Int8Weights
+            from gnmt_tf.quantization.weights import Int8Weights
 
             # The Translator's graphs trace at their first call: every call stays inside the context.
             stack.enter_context(Int8Weights(model).active(spec["int8_products"]))
@@ -308,12 +308,12 @@ def worker_paper(job, threads):
     tf = _import_tf(threads)
     import numpy as np
 
-    from gnmt_tf import int8_inference
-    from gnmt_tf.beam_search import beam_search
+    from gnmt_tf.quantization import weights as int8_inference
+    from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.config import load_config
-    from gnmt_tf.int8_inference import Int8Weights
-    from gnmt_tf.model import GNMT
-    from gnmt_tf.quantization import quantized_kernel_variables
+    from gnmt_tf.quantization.weights import Int8Weights
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.quantization.int8 import quantized_kernel_variables
     from gnmt_tf.vocab import EOS_ID
 
     config = load_config(job["config"]).model
@@ -444,11 +444,11 @@ def worker_quant(job, threads):
     tf = _import_tf(threads)
     import numpy as np
 
-    from gnmt_tf.evaluation import corpus_bleu
-    from gnmt_tf.int8_inference import Int8Weights
+    from gnmt_tf.metrics.bleu import corpus_bleu
+    from gnmt_tf.quantization.weights import Int8Weights
     from gnmt_tf.model_dir import load_model_dir
-    from gnmt_tf.quantization import quantization_report, quantized_kernel_variables
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.quantization.int8 import quantization_report, quantized_kernel_variables
+    from gnmt_tf.inference.translator import Translator
 
     model, tokenizer, config = load_model_dir(job["model_dir"])
     pairs = _dev_pairs(job["model_dir"], job["bleu_sentences"])
@@ -718,7 +718,7 @@ def main(argv=None) -> int:
             report["speed"] = speed
             if translations:
                 sys.path.insert(0, ROOT)
-                from gnmt_tf.evaluation import corpus_bleu
+                from gnmt_tf.metrics.bleu import corpus_bleu
 
                 references = [r for _, r in _dev_pairs(model_dir, args.bleu_sentences)]
                 keras_hyps = translations.get("keras")

@@ -104,9 +104,9 @@ def run_worker(args) -> list:
     threads = args.threads[0]
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    from gnmt_tf.beam_search import beam_search
+    from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.config import load_config
-    from gnmt_tf.model import GNMT
+    from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.vocab import EOS_ID
 
     machine = measure_machine(tf)

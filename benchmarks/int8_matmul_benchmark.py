@@ -9,7 +9,7 @@ and 16 with beam 4; K x N = 1024 x 4096, one paper LSTM layer's gates;
 
 * ``float32``: ``tf.matmul`` in a ``tf.function`` (the model's current path; the baseline);
 * ``float32_xla``: the same under ``jit_compile=True``;
-* ``int8``: :func:`gnmt_tf.quantization.int8_matmul` (activations quantized on
+* ``int8``: :func:`gnmt_tf.quantization.int8.int8_matmul` (activations quantized on
   the fly, int8 x int8 -> int32, rescale) in a plain ``tf.function``;
 * ``int8_xla``: the same under ``jit_compile=True``;
 * ``int8_core_xla``: only the int8 x int8 -> int32 product (activations already
@@ -85,7 +85,7 @@ def run_worker(args) -> dict:
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    from gnmt_tf.quantization import int8_matmul, quantize_activations, quantize_per_output_unit
+    from gnmt_tf.quantization.int8 import int8_matmul, quantize_activations, quantize_per_output_unit
 
     rng = np.random.default_rng(0)
     results, accuracy = [], []

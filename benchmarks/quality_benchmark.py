@@ -90,8 +90,8 @@ def decodings(config) -> List[Tuple[str, str, Dict]]:
 def evaluate_worker(model_dir: str) -> Dict:
     """Scores of every decoding of the model in ``model_dir`` on its dev.tsv (run in a worker)."""
     from gnmt_tf import model_dir as layout
-    from gnmt_tf.average import average_checkpoints
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.cli.average import average_checkpoints
+    from gnmt_tf.inference.translator import Translator
 
     pairs = read_pairs(os.path.join(model_dir, "dev.tsv"))
     sources = [source for source, _ in pairs]
@@ -171,7 +171,7 @@ def training_summary(model_dir: str) -> Dict:
 # ----------------------------------------------------------------------------- the peer
 def write_split(workdir: str, config_name: str, overrides: List[str]) -> Tuple[str, str]:
     """The training and dev pairs of the default run, as TSV for the peer (whitespace folded)."""
-    from gnmt_tf.catalogs import load_catalog_pairs
+    from gnmt_tf.data.catalogs import load_catalog_pairs
     from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import split_dev
 

@@ -5,7 +5,7 @@
 Source tokens/s is the measure of Ono et al. (2019, table 3). Each scheme trains
 the same model (default: the shipped ``small`` config) on one fixed synthetic
 batch with the real training step (``GNMT.train_step`` through ``model.fit``,
-the compiled AdamThenSGD optimizer and delta schedule, as gnmt_tf/training.py
+the compiled AdamThenSGD optimizer and delta schedule, as gnmt_tf/training/trainer.py
 sets them up): a few warm-up steps (tracing included), then timed steps. Every scheme runs
 ``--rounds`` times in alternating order and its best round counts (all are kept).
 
@@ -96,10 +96,10 @@ def run_worker(args) -> dict:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
     from gnmt_tf.config import ParallelConfig, load_config
-    from gnmt_tf.losses import SequenceCrossEntropy
-    from gnmt_tf.model import GNMT
-    from gnmt_tf.optimizer import AdamThenSGD
-    from gnmt_tf.schedules import DeltaSchedule
+    from gnmt_tf.training.losses import SequenceCrossEntropy
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.training.optimizer import AdamThenSGD
+    from gnmt_tf.training.schedules import DeltaSchedule
 
     config = load_config(args.config)
     batch = args.batch or config.training.batch_size
@@ -113,7 +113,7 @@ def run_worker(args) -> dict:
         strategy = tf.distribute.get_strategy()
 
     keras.utils.set_random_seed(config.training.seed)
-    with strategy.scope():  # as gnmt_tf.training.Trainer builds it
+    with strategy.scope():  # as gnmt_tf.training.trainer.Trainer builds it
         model = GNMT(config.model, parallel=parallel)
         model.build()
         model.delta_schedule = DeltaSchedule.from_config_section(config)

@@ -8,7 +8,7 @@ unverified version, and a failed export leaves nothing behind.
 
 The check, before an export is declared done: dev sentences are translated
 with the exported artifact, as a client would load it, and with the Keras model
-through :class:`gnmt_tf.translator.Translator` with the same beam settings.
+through :class:`gnmt_tf.inference.translator.Translator` with the same beam settings.
 Float exports must give identical strings on a few sentences; int8 exports
 must keep corpus BLEU on the dev set (``dev.tsv`` in the model directory)
 within ``bleu_tolerance`` of the float model's.
@@ -16,7 +16,7 @@ within ``bleu_tolerance`` of the float model's.
 int8 (``quantize="int8"``), per format, the path measured fastest on CPU
 (benchmarks/README.md):
 
-* ``saved_model``: eq. 12 storage (:class:`gnmt_tf.int8_inference.Int8Weights`:
+* ``saved_model``: eq. 12 storage (:class:`gnmt_tf.quantization.weights.Int8Weights`:
   int8 LSTM, softmax and embedding weights with one float scale per output
   unit or token). ``int8_products="float"`` (default) dequantizes them once per
   request and multiplies in float32, because TensorFlow's int8 products are
@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
-from export.translator_module import ExportableTranslator
+from gnmt_tf.inference.module import ExportableTranslator
 
 
 class ExportError(RuntimeError):
@@ -123,7 +123,7 @@ class SavedModelExporter(Exporter):
     format_name = "saved_model"
 
     def module(self, model, tokenizer, decoding):
-        from gnmt_tf.int8_inference import Int8Weights
+        from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model) if self.request.quantize == "int8" else None
         return ExportableTranslator(
@@ -254,7 +254,7 @@ def directory_bytes(path: str) -> int:
 
 def _check_identical(request, exporter, staging, model, tokenizer, decoding) -> None:
     """Float: the export must translate a few dev sentences exactly like the Keras model."""
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.inference.translator import Translator
 
     sentences = verification_sentences(request.model_dir, request.verify_sentences)
     expected = Translator(model, tokenizer, decoding).translate(sentences)
@@ -271,8 +271,8 @@ def _check_identical(request, exporter, staging, model, tokenizer, decoding) -> 
 
 def _check_bleu(request, exporter, staging, model, tokenizer, decoding) -> None:
     """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
-    from gnmt_tf.evaluation import corpus_bleu
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.metrics.bleu import corpus_bleu
+    from gnmt_tf.inference.translator import Translator
 
     pairs = dev_pairs(request.model_dir, request.bleu_sentences)
     if not pairs:

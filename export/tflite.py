@@ -2,7 +2,7 @@
 
 Wordpiece tokenization, the GNMT encoder, beam search (section 7) and
 detokenization are converted together from
-:class:`export.translator_module.ExportableTranslator`'s ``translate``
+:class:`gnmt_tf.inference.module.ExportableTranslator`'s ``translate``
 function (the ``serving_default`` signature). The model uses only TFLite
 builtin ops plus the tensorflow-text custom ops, so it runs in LiteRT's
 ``InterpreterWithCustomOps`` with ``tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS``
@@ -15,7 +15,7 @@ registered; no Flex (select TF) ops::
 Conversion notes:
 
 * The translate function is re-traced inside
-  :func:`gnmt_tf.stack.tflite_compatible_loops`, so the encoder's time loops are
+  :func:`gnmt_tf.layers.stack.tflite_compatible_loops`, so the encoder's time loops are
   built without TensorArrays (which TFLite cannot lower with a dynamic batch);
   the TensorFlow functions of the module are not touched.
 * ``allow_custom_ops`` is needed for the tensorflow-text kernels, but it also
@@ -136,7 +136,7 @@ def tflite_translate_function(translator_module):
     """``translator_module.translate`` re-traced for TFLite (loops without TensorArrays)."""
     import tensorflow as tf
 
-    from gnmt_tf.stack import tflite_compatible_loops
+    from gnmt_tf.layers.stack import tflite_compatible_loops
 
     function = tf.function(
         translator_module.translate_with_defaults, input_signature=translator_module.translate.input_signature
@@ -148,7 +148,7 @@ def tflite_translate_function(translator_module):
 def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
 
-    ``translator_module`` is an :class:`export.translator_module.ExportableTranslator`. The result has
+    ``translator_module`` is an :class:`gnmt_tf.inference.module.ExportableTranslator`. The result has
     one signature, ``serving_default``: input ``sentences`` (string [batch]), outputs ``translations``
     (string [batch]) and ``scores`` (float32 [batch], eq. 14). Raises :class:`TFLiteConversionError`
     if the model would need any op other than the TFLite builtins and the tensorflow-text ops.

@@ -13,16 +13,16 @@ import importlib
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "GNMT": "gnmt_tf.model",
+    "GNMT": "gnmt_tf.models.gnmt",
     "GNMTConfig": "gnmt_tf.config",
     "ModelConfig": "gnmt_tf.config",
     "ConfigError": "gnmt_tf.config",
     "load_config": "gnmt_tf.config",
-    "SequenceCrossEntropy": "gnmt_tf.losses",
-    "WordpieceTokenizer": "gnmt_tf.tokenizer",
-    "Translator": "gnmt_tf.translator",
+    "SequenceCrossEntropy": "gnmt_tf.training.losses",
+    "WordpieceTokenizer": "gnmt_tf.data.tokenizer",
+    "Translator": "gnmt_tf.inference.translator",
     "load_model_dir": "gnmt_tf.model_dir",
-    "beam_search": "gnmt_tf.beam_search",
+    "beam_search": "gnmt_tf.decoding.beam",
 }
 
 __all__ = sorted(_PUBLIC) + ["keras", "__version__"]

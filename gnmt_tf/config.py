@@ -185,7 +185,7 @@ class TrainingConfig:
     quantization_aware: bool = _doc(
         "Quantization-aware training: every LSTM kernel is fake-quantized to int8 with one "
         "scale per output unit (eq. 12, section 6) in every forward pass, the gradient passing "
-        "straight through to the float weights (gnmt_tf.qat). Set by `python -m gnmt_tf.train "
+        "straight through to the float weights (gnmt_tf.quantization.qat). Set by `python -m gnmt_tf.train "
         "--refine qat`, for a short fine-tune of a trained model before int8 export.",
         default=False,
     )

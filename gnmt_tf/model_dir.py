@@ -2,7 +2,7 @@
 
     MODEL_DIR/
       config.yaml        the whole config, with the vocabulary size actually learned
-      wordpieces.txt     the shared wordpiece vocabulary (gnmt_tf.tokenizer)
+      wordpieces.txt     the shared wordpiece vocabulary (gnmt_tf.data.tokenizer)
       checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer)
       best/              the checkpoint with the best dev BLEU so far
       averaged/          the mean of the last N checkpoints (python -m gnmt_tf.average)
@@ -27,8 +27,8 @@ from typing import Callable, Optional, Tuple
 import tensorflow as tf
 
 from gnmt_tf.config import GNMTConfig, load_config
-from gnmt_tf.model import GNMT
-from gnmt_tf.tokenizer import WordpieceTokenizer
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
@@ -135,7 +135,7 @@ def load_model_dir(
         if which == "averaged":
             raise ModelDirError(
                 f"{model_dir} has no averaged checkpoint yet (looked in {AVERAGED_DIR}/; run python -m "
-                f"gnmt_tf.average --model-dir {model_dir} first)"
+                f"gnmt_tf.cli.average --model-dir {model_dir} first)"
             )
         raise ModelDirError(f"{model_dir} has no checkpoint yet (looked in {CHECKPOINT_DIR}/ and {BEST_DIR}/)")
     model = build_model(config, path)

@@ -18,7 +18,7 @@ Two kinds of picture:
   context vector), drawn as Bahdanau et al. (2015, fig. 3) draw their
   alignments: source on the x axis, target on the y axis, one grey cell per
   (target, source) pair, white for weight 1 and black for weight 0;
-* the training curves a run logs to TensorBoard (:class:`gnmt_tf.training.TrainingSummaries`
+* the training curves a run logs to TensorBoard (:class:`gnmt_tf.training.trainer.TrainingSummaries`
   and the dev evaluation): training loss, dev BLEU, the clipping bound delta
   (section 6) and the learning rate (section 8.3), against the step.
 """
@@ -37,7 +37,7 @@ EOS_PIECE = "</s>"
 MAX_TITLE_CHARACTERS = 90
 
 # The four training-curve panels: (title, series drawn as lines, series drawn as points, y label).
-# Tags are "<log subdirectory>/<scalar tag>" as written under MODEL_DIR/logs/ by gnmt_tf.training:
+# Tags are "<log subdirectory>/<scalar tag>" as written under MODEL_DIR/logs/ by gnmt_tf.training.trainer:
 # TrainingSummaries writes logs/train/{loss, perplexity, learning_rate, delta, gradient_norm, ...}
 # every training.log_every steps; Trainer.evaluate_dev writes logs/dev/{loss, perplexity, bleu}.
 CURVE_PANELS = (
@@ -148,7 +148,7 @@ def save_figure(figure: Figure, path: str) -> str:
 
 
 def save_attention_picture(translation, path: str, title: Optional[str] = None) -> Figure:
-    """Draw the attention matrix of a :class:`gnmt_tf.translator.Translation` into a PNG at ``path``.
+    """Draw the attention matrix of a :class:`gnmt_tf.inference.translator.Translation` into a PNG at ``path``.
 
     The translation must carry its attention (``translate_nbest(..., return_attention=True)``).
     Returns the saved figure, already drawn: ``figure.axes[0].get_window_extent()`` is the
@@ -212,7 +212,7 @@ def plot_attention(translator, sentences: Sequence[str], directory: str, first_i
     """Translate ``sentences`` and write the attention matrix of each best translation as a PNG.
 
     Args:
-        translator: a :class:`gnmt_tf.translator.Translator`.
+        translator: a :class:`gnmt_tf.inference.translator.Translator`.
         sentences: source sentences; the i-th one's picture is ``directory/NNNN.png``
             with NNNN = ``first_index + i`` (0001.png, 0002.png, ... by default).
         directory: created if needed; an existing file there is an error (NotADirectoryError).

@@ -1,69 +1,8 @@
-"""Plot a training run's curves: ``python -m gnmt_tf.report --model-dir DIR``.
+"""``python -m gnmt_tf.report``: the command is :mod:`gnmt_tf.cli.report`."""
 
-Reads the TensorBoard event files that training writes under DIR/logs (train/
-and dev/) and draws training loss, dev BLEU, the clipping bound delta (section
-6) and the learning rate (section 8.3) against the step, as one PNG (default:
-DIR/training_curves.png). Prints where the picture went and a one-line summary:
-the last step logged, the last training loss and the best dev BLEU.
-
-Exit status: 0 on success, 2 when DIR does not exist or holds no event files.
-"""
-
-from __future__ import annotations
-
-import argparse
-import os
 import sys
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.report",
-        description=__doc__.split("\n\n")[1],
-        epilog=__doc__.split("\n\n")[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
-    parser.add_argument(
-        "--output", default=None, metavar="PATH",
-        help="where the PNG goes (default: MODEL_DIR/training_curves.png); parent directories are created",
-    )
-    return parser
-
-
-def summary_line(scalars) -> str:
-    """One line: last step, last training loss, best dev BLEU (and its step)."""
-    steps = [series[-1][0] for series in scalars.values() if series]
-    parts = [f"last step {max(steps)}" if steps else "no steps logged"]
-    loss = scalars.get("train/loss")
-    if loss:
-        parts.append(f"training loss {loss[-1][1]:.4f}")
-    bleu = scalars.get("dev/bleu")
-    if bleu:
-        step, best = max(bleu, key=lambda point: (point[1], -point[0]))
-        parts.append(f"best dev BLEU {best:.2f} (step {step})")
-    else:
-        parts.append("no dev BLEU logged")
-    return ", ".join(parts)
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from gnmt_tf.plots import NoTrainingLogs, save_training_curves
-
-    try:
-        path, scalars = save_training_curves(args.model_dir, args.output)
-    except NoTrainingLogs as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: cannot write the picture: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    print(summary_line(scalars))
-    return 0
-
+from gnmt_tf.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

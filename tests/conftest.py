@@ -70,7 +70,7 @@ def _train_number_model(tmp_path):
     import tf_keras as keras
 
     from test_training import tiny_number_setup
-    from gnmt_tf.training import Trainer
+    from gnmt_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1234)
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)

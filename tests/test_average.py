@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import model_dir as layout
-from gnmt_tf.average import average_checkpoints, main as average_main
+from gnmt_tf.cli.average import average_checkpoints, main as average_main
 
 
 @pytest.fixture
@@ -43,11 +43,12 @@ def test_averaged_model_loads_translates_and_exports(model_copy, tmp_path, capsy
     assert average_main(["--model-dir", model_copy, "--last", "2"]) == 0
     assert "averaged 2 checkpoints" in capsys.readouterr().out
     model, tokenizer, _ = layout.load_model_dir(model_copy, which="averaged")
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).translate(["one two three"]) == ["un deux trois"]
 
-    from gnmt_tf import evaluate, translate
+    from gnmt_tf.cli import evaluate
+    from gnmt_tf.cli import translate
 
     source = tmp_path / "in.txt"
     source.write_text("one two\nseven\n", encoding="utf-8")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf.cell import GNMTLSTMCell
-from gnmt_tf.stack import ResidualLSTMStack, run_over_time
+from gnmt_tf.layers.cell import GNMTLSTMCell
+from gnmt_tf.layers.stack import ResidualLSTMStack, run_over_time
 from numpy_gnmt import cell_weights, lstm_step, run_lstm
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf.catalogs import CatalogReport, available_languages, load_catalog_pairs
+from gnmt_tf.data.catalogs import CatalogReport, available_languages, load_catalog_pairs
 from gnmt_tf.data import (
     DataError,
     count_filtered,

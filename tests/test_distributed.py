@@ -1,4 +1,4 @@
-"""Data parallelism (gnmt_tf.distribute): every --strategy on this CPU-only machine.
+"""Data parallelism (gnmt_tf.parallel.distribute): every --strategy on this CPU-only machine.
 
 * mirrored over 2 logical CPUs follows the default strategy's loss trajectory at the same
   global batch (a subprocess: logical devices must be set before TensorFlow initializes);
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pytest
 
-from gnmt_tf import distribute
+from gnmt_tf.parallel import distribute
 from gnmt_tf.config import ConfigError
 from helpers import number_word_pairs
 
@@ -45,8 +45,8 @@ DRIVER = textwrap.dedent(
     watchdog.start()
 
     if sys.argv[1] == "cli":
-        from gnmt_tf import training
-        from gnmt_tf.train import main
+        from gnmt_tf.training import trainer as training
+        from gnmt_tf.cli.train import main
 
         pause = float(os.environ.get("GNMT_TEST_STEP_SECONDS", "0"))
         if pause:  # slow steps, so that the test can kill a worker mid-run
@@ -72,13 +72,13 @@ DRIVER = textwrap.dedent(
         sys.exit(main(sys.argv[2:]))
 
     # "compare": the same tiny run under the default strategy and mirrored over 2 logical CPUs.
-    from gnmt_tf import distribute
+    from gnmt_tf.parallel import distribute
     distribute.split_cpu(2)  # before anything initializes TensorFlow
     import tf_keras as keras
     from gnmt_tf import model_dir as layout
     from gnmt_tf.config import load_config
-    from gnmt_tf.tokenizer import WordpieceTokenizer
-    from gnmt_tf.training import Trainer
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.training.trainer import Trainer
     from helpers import number_word_pairs
 
     out = sys.argv[2]
@@ -269,7 +269,7 @@ def test_tf_config_is_checked_against_the_strategy():
 
 
 def test_the_command_line_reports_strategy_errors(tmp_path, monkeypatch, capsys):
-    from gnmt_tf.train import main
+    from gnmt_tf.cli.train import main
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert main(["--strategy", "multi_worker", "--model-dir", str(tmp_path / "m")]) == 2
@@ -397,8 +397,8 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     import tensorflow as tf
 
     from gnmt_tf import model_dir as layout
-    from gnmt_tf.model import GNMT
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.inference.translator import Translator
 
     chief_port, worker_port, ps_port = _free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"],

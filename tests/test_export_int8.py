@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes, export
-from gnmt_tf.evaluation import corpus_bleu
+from gnmt_tf.metrics.bleu import corpus_bleu
 from gnmt_tf.model_dir import load_model_dir
-from gnmt_tf.translator import Translator
+from gnmt_tf.inference.translator import Translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -134,7 +134,7 @@ def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports):
 def test_int8_artifacts_are_at_least_3x_smaller(trained_number_model, tmp_path):
     """Whole artifacts on disk, float vs int8, for a model whose weights outweigh its graph."""
     from gnmt_tf.config import load_config
-    from gnmt_tf.model import GNMT
+    from gnmt_tf.models.gnmt import GNMT
 
     model_dir, _ = trained_number_model
     _, tokenizer, config = load_model_dir(model_dir)

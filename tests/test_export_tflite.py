@@ -13,12 +13,12 @@ from export.tflite import (
     custom_ops,
     list_ops,
 )
-from export.translator_module import ExportableTranslator
-from gnmt_tf.cell import GNMTLSTMCell
+from gnmt_tf.inference.module import ExportableTranslator
+from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
-from gnmt_tf.model import GNMT
-from gnmt_tf.stack import run_over_time, tflite_compatible_loops
-from gnmt_tf.tokenizer import WordpieceTokenizer
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.layers.stack import run_over_time, tflite_compatible_loops
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import EOS_ID
 
 WORDS = "the a cat dog sat on mat house red blue green runs quickly slowly over under big small bird tree".split()

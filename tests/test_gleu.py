@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.config import RLConfig
-from gnmt_tf.gleu import reward_function, sentence_gleu, word_ids, word_start_table
-from gnmt_tf.tokenizer import WORD_MARK, WordpieceTokenizer
+from gnmt_tf.metrics.gleu import reward_function, sentence_gleu, word_ids, word_start_table
+from gnmt_tf.data.tokenizer import WORD_MARK, WordpieceTokenizer
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 # Hand-example tokens: a b c d.

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf.int8_inference import Int8Weights
-from gnmt_tf.model import GNMT
+from gnmt_tf.quantization.weights import Int8Weights
+from gnmt_tf.models.gnmt import GNMT
 from helpers import random_ids, tiny_model_config
 
 

@@ -1,4 +1,4 @@
-"""Model parallelism (section 3.3) and the hybrid scheme (Ono et al. 2019): gnmt_tf.model_parallel.
+"""Model parallelism (section 3.3) and the hybrid scheme (Ono et al. 2019): gnmt_tf.parallel.model_parallel.
 
 The two-device checks need two logical CPUs, which must be configured before
 TensorFlow initializes; this process has already initialized it, so they run in
@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.config import ConfigError, ParallelConfig
-from gnmt_tf.model import GNMT
-from gnmt_tf.model_parallel import resolve_placement, run_stack_wavefront
-from gnmt_tf.stack import ResidualLSTMStack
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.parallel.model_parallel import resolve_placement, run_stack_wavefront
+from gnmt_tf.layers.stack import ResidualLSTMStack
 from helpers import copy_task, tiny_model_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,8 +119,8 @@ import numpy as np
 from tensorflow.python.eager import context as eager_context
 
 from gnmt_tf.config import ParallelConfig
-from gnmt_tf.losses import SequenceCrossEntropy
-from gnmt_tf.model import GNMT
+from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.gnmt import GNMT
 from helpers import copy_task, tiny_model_config
 
 config = tiny_model_config()

@@ -99,7 +99,7 @@ def test_stored_notebook_is_clean():
 
 
 def _has_french_catalogs():
-    from gnmt_tf.catalogs import available_languages
+    from gnmt_tf.data.catalogs import available_languages
 
     return "fr" in available_languages()
 

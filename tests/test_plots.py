@@ -11,7 +11,7 @@ from matplotlib.image import imread
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf import plots
-from gnmt_tf.translator import Translator
+from gnmt_tf.inference.translator import Translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -131,7 +131,7 @@ def test_attention_figure_shapes_sizes_and_errors(tmp_path):
 
 
 def plots_translation(attention):
-    from gnmt_tf.translator import Translation
+    from gnmt_tf.inference.translator import Translation
 
     return Translation("x", 0.0, 0.0, ["\u2581x"], ["\u2581a", "</s>"], attention)
 
@@ -149,7 +149,7 @@ def test_translate_cli_plots_attention_per_line(trained_number_model, tmp_path, 
     assert shapes[1][:2] == (150, 500)  # the blank line's note
     assert shapes[2][1] > shapes[3][1]  # "five five five" has more source pieces than "nine": a wider picture
 
-    from gnmt_tf import translate
+    from gnmt_tf.cli import translate
 
     (tmp_path / "taken").write_text("")
     assert translate.main(["--model-dir", model_dir, "--plot-attention", str(tmp_path / "taken")]) == 2
@@ -184,7 +184,7 @@ def test_report_cli_writes_the_curves(trained_number_model, tmp_path):
     assert "last step 1000" in out.stdout and f"best dev BLEU {result.dev_bleu.score:.2f} (step 1000)" in out.stdout
     assert imread(str(picture)).shape[:2] == (750, 1100)
 
-    from gnmt_tf import report
+    from gnmt_tf.cli import report
 
     elsewhere = tmp_path / "a" / "b" / "curves.png"
     assert report.main(["--model-dir", str(run_dir), "--output", str(elsewhere)]) == 0
@@ -192,7 +192,7 @@ def test_report_cli_writes_the_curves(trained_number_model, tmp_path):
 
 
 def test_report_errors_without_event_files(tmp_path, capsys):
-    from gnmt_tf import report
+    from gnmt_tf.cli import report
 
     (tmp_path / "logs").mkdir()
     with pytest.raises(plots.NoTrainingLogs, match="no TensorBoard event files"):

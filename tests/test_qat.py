@@ -1,4 +1,4 @@
-"""Quantization-aware training (gnmt_tf.qat): eq. 12 through tfmot, the cell hooks, the
+"""Quantization-aware training (gnmt_tf.quantization.qat): eq. 12 through tfmot, the cell hooks, the
 straight-through gradient, checkpoints, and ``python -m gnmt_tf.train --refine qat``."""
 
 import os
@@ -11,10 +11,11 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import model_dir as layout
-from gnmt_tf import qat, quantization
+from gnmt_tf.quantization import qat
+from gnmt_tf.quantization import int8 as quantization
 from gnmt_tf.data import make_dataset, read_tsv
-from gnmt_tf.losses import SequenceCrossEntropy
-from gnmt_tf.model import GNMT
+from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.gnmt import GNMT
 from helpers import copy_task, tiny_model_config, write_number_training_tsv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,7 +233,7 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
 
 
 def test_importing_qat_does_not_import_tfmot():
-    code = "import sys, gnmt_tf.qat; print('tensorflow_model_optimization' in sys.modules)"
+    code = "import sys, gnmt_tf.quantization.qat; print('tensorflow_model_optimization' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False"
@@ -260,7 +261,7 @@ def _env():
 
 
 def _train_main(*args):
-    from gnmt_tf.train import main
+    from gnmt_tf.cli.train import main
 
     return main(list(args))
 
@@ -299,7 +300,7 @@ def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
         assert a.read() == b.read()  # the model's own dev split
     assert tf.train.latest_checkpoint(layout.checkpoint_dir(out_dir)).endswith("ckpt-30")
     assert os.path.exists(os.path.join(layout.best_dir(out_dir), "best_bleu.txt"))
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).greedy(["one two three"]) == ["un deux trois"]
 

@@ -2,16 +2,16 @@
 
 Every reference here is written in NumPy straight from the equations, in the paper's
 orientation where it matters (W multiplies a column vector, row i = output unit i),
-and compared with gnmt_tf.quantization, which works on Keras kernels [input, output].
+and compared with gnmt_tf.quantization.int8, which works on Keras kernels [input, output].
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import quantization as Q
+from gnmt_tf.quantization import int8 as Q
 from gnmt_tf.config import load_config
-from gnmt_tf.model import GNMT
+from gnmt_tf.models.gnmt import GNMT
 
 EPS = np.finfo(np.float32).eps
 

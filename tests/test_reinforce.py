@@ -13,9 +13,9 @@ import tensorflow as tf
 from gnmt_tf import model_dir as layout
 from gnmt_tf.config import RLConfig, load_config
 from gnmt_tf.data import read_tsv
-from gnmt_tf.gleu import sentence_gleu
-from gnmt_tf.model import GNMT
-from gnmt_tf.reinforce import (
+from gnmt_tf.metrics.gleu import sentence_gleu
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.training.reinforce import (
     MixedObjective,
     expected_reward,
     refinement_config,
@@ -96,7 +96,7 @@ def test_sampled_estimator_matches_the_exact_gradient_of_the_expected_reward():
     """Eq. 8: the mean of the sampled estimator against sum_Y grad P(Y) r(Y), enumerated.
 
     With the baseline the mean reward of the m samples (the sample itself included) the
-    estimator's expectation is (m-1)/m times the exact gradient (see gnmt_tf.reinforce).
+    estimator's expectation is (m-1)/m times the exact gradient (see gnmt_tf.training.reinforce).
     """
     model = _tiny_model()
     m = 15
@@ -166,7 +166,7 @@ def test_refinement_config_is_the_paper_recipe():
 
 def test_patience_stops_the_run_and_keeps_the_best(tmp_path):
     """DevEvaluation stops after rl.patience evaluations without a better BLEU."""
-    from gnmt_tf.training import DevEvaluation, RunControl
+    from gnmt_tf.training.trainer import DevEvaluation, RunControl
 
     class FakeTrainer:
         patience = 2
@@ -203,7 +203,7 @@ def test_patience_stops_the_run_and_keeps_the_best(tmp_path):
 
 # ------------------------------------------------------------------------------ end to end
 def _train_main(*args):
-    from gnmt_tf.train import main
+    from gnmt_tf.cli.train import main
 
     return main(list(args))
 

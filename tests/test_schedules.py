@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.config import load_config
-from gnmt_tf.optimizer import AdamThenSGD
-from gnmt_tf.schedules import DeltaSchedule, GNMTLearningRate
+from gnmt_tf.training.optimizer import AdamThenSGD
+from gnmt_tf.training.schedules import DeltaSchedule, GNMTLearningRate
 
 
 def test_paper_learning_rate_schedule_at_the_configured_steps():

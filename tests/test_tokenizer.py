@@ -14,7 +14,7 @@ import tensorflow_text as tf_text
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gnmt_tf.tokenizer import (
+from gnmt_tf.data.tokenizer import (
     UNKNOWN_TEXT,
     VOCAB_FILENAME,
     WHITESPACE,

@@ -54,7 +54,7 @@ def _dev_loss(model_dir):
     pairs, _ = read_tsv(os.path.join(model_dir, "dev.tsv"))
     data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
                         shuffle_buffer=1, seed=0, training=False)
-    from gnmt_tf.losses import SequenceCrossEntropy
+    from gnmt_tf.training.losses import SequenceCrossEntropy
 
     model.compile(loss=SequenceCrossEntropy())
     return model.evaluate(data, verbose=0, return_dict=True)["loss"]
@@ -150,7 +150,7 @@ def test_cli_default_data_smoke_run(tmp_path):
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, capsys):
-    from gnmt_tf.train import main
+    from gnmt_tf.cli.train import main
 
     def run(*args):  # in-process: usage errors end before any training
         code = main(["--model-dir", str(tmp_path / "m"), "--quiet", *args])

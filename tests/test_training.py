@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.config import load_config
-from gnmt_tf.tokenizer import WordpieceTokenizer
-from gnmt_tf.training import RunControl, Trainer, TrainingDiverged
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf.training.trainer import RunControl, Trainer, TrainingDiverged
 from helpers import number_word_pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +47,7 @@ def test_tiny_model_learns_a_synthetic_translation_task(trained_number_model):
     # The model directory is self-contained: it loads and translates by itself.
     model, loaded_tokenizer, loaded_config = layout.load_model_dir(model_dir, which="latest")
     assert _final_state(model_dir)[1] == 1.0  # delta annealed to its end value (by step 500)
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.inference.translator import Translator
 
     translation = Translator(model, loaded_tokenizer).translate(["one two three"])[0]
     assert translation == "un deux trois"
@@ -117,8 +117,8 @@ def test_run_control_limits():
 def _final_state(model_dir):
     """Step, delta and optimizer phase of the latest checkpoint."""
     config, tokenizer = layout.load_metadata(model_dir)
-    from gnmt_tf.model import GNMT
-    from gnmt_tf.optimizer import AdamThenSGD
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.training.optimizer import AdamThenSGD
 
     model = GNMT(config.model)
     model.build()
@@ -147,7 +147,7 @@ def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
     assert len(warnings) == 2 and f"delta = {trained_delta:.3g}" in warnings[0] and "not the final 1" in warnings[0]
 
     # It translates as the training process's own model did at the end of the run.
-    from gnmt_tf.translator import Translator
+    from gnmt_tf.inference.translator import Translator
 
     sources = [source for source, _ in dev_pairs[:6]]
     assert Translator(model, loaded_tokenizer).greedy(sources) == Translator(trainer.model, tokenizer).greedy(sources)

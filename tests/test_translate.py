@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gnmt_tf import model_dir as layout
-from gnmt_tf.translator import Translator
+from gnmt_tf.inference.translator import Translator
 from helpers import run_side_by_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,7 +77,7 @@ def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_pat
 
 
 def test_translate_cli_errors(tmp_path, capsys):
-    from gnmt_tf.translate import main
+    from gnmt_tf.cli.translate import main
 
     assert main(["--model-dir", str(tmp_path / "nothing")]) == 2  # in-process: fails before reading input
     assert "model directory not found" in capsys.readouterr().err

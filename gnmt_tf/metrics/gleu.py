@@ -51,7 +51,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from gnmt_tf.tokenizer import WORD_MARK
+from gnmt_tf.data.tokenizer import WORD_MARK
 from gnmt_tf.vocab import EOS_ID, PAD_ID, SPECIAL_TOKENS
 
 __all__ = ["sentence_gleu", "word_ids", "word_start_table", "reward_function"]
@@ -209,7 +209,7 @@ def word_ids(ids, word_start, end_id: Optional[int] = EOS_ID) -> tf.Tensor:
 def word_start_table(tokenizer) -> np.ndarray:
     """bool [vocab_size]: which wordpiece ids begin a word.
 
-    The paper's convention (section 4.1), kept by :class:`gnmt_tf.tokenizer.WordpieceTokenizer`: a
+    The paper's convention (section 4.1), kept by :class:`gnmt_tf.data.tokenizer.WordpieceTokenizer`: a
     word-initial piece starts with the mark "▁", a continuation piece has none. The special tokens
     count as word beginnings (UNK detokenizes to the unknown word "⁇").
     """

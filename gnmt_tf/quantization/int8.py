@@ -69,7 +69,7 @@ batch 16 x beam 4, and no faster (0.8-1.3x) for the 1024x32000 softmax.
 
 Simulated int8 weights for a whole model
 ----------------------------------------
-:func:`quantize_model_weights` returns a copy of a :class:`gnmt_tf.model.GNMT`'s
+:func:`quantize_model_weights` returns a copy of a :class:`gnmt_tf.models.gnmt.GNMT`'s
 weights (a list in ``model.get_weights()`` order) where every LSTM ``kernel``
 and ``recurrent_kernel`` and the softmax kernel are replaced by
 ``dequantize(quantize(W))``; the model itself is not changed.

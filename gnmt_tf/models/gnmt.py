@@ -21,14 +21,14 @@ from typing import Any, Dict, Tuple, Union
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.attention import AttentionMemory
-from gnmt_tf.cell import uniform_initializer
+from gnmt_tf.layers.attention import AttentionMemory
+from gnmt_tf.layers.cell import uniform_initializer
 from gnmt_tf.config import ModelConfig, model_config_from_dict
-from gnmt_tf.decoder import DecoderState, GNMTDecoder
-from gnmt_tf.encoder import GNMTEncoder
-from gnmt_tf import model_parallel
-from gnmt_tf.int8_inference import embedding_lookup
-from gnmt_tf.stack import build_sublayer
+from gnmt_tf.models.decoder import DecoderState, GNMTDecoder
+from gnmt_tf.models.encoder import GNMTEncoder
+from gnmt_tf.parallel import model_parallel
+from gnmt_tf.quantization.weights import embedding_lookup
+from gnmt_tf.layers.stack import build_sublayer
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -39,7 +39,7 @@ class GNMT(keras.Model):
     Args:
         config: a :class:`~gnmt_tf.config.ModelConfig` (or its dict form).
         parallel: an optional :class:`~gnmt_tf.config.ParallelConfig`: model parallelism or the
-            hybrid scheme for teacher forcing (:mod:`gnmt_tf.model_parallel`); None or mode
+            hybrid scheme for teacher forcing (:mod:`gnmt_tf.parallel.model_parallel`); None or mode
             ``none`` keeps the whole model on one device.
 
     Attributes:
@@ -65,7 +65,7 @@ class GNMT(keras.Model):
         # every training step assigns delta from it before the forward pass.
         self.delta_schedule = None
         # When set, an object whose ``train_step(model, data)`` replaces the maximum-likelihood
-        # step (eq. 7), e.g. the mixed RL objective of eq. 9 (gnmt_tf.reinforce.MixedObjective).
+        # step (eq. 7), e.g. the mixed RL objective of eq. 9 (gnmt_tf.training.reinforce.MixedObjective).
         self.training_objective = None
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
@@ -110,7 +110,7 @@ class GNMT(keras.Model):
 
     def forward(self, source_ids, target_input_ids, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
         """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S])."""
-        if self.placement is not None:  # layers on their devices (gnmt_tf.model_parallel)
+        if self.placement is not None:  # layers on their devices (gnmt_tf.parallel.model_parallel)
             return model_parallel.forward(self, source_ids, target_input_ids, training=training)
         memory = self.encode(source_ids, training=training)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
@@ -130,7 +130,7 @@ class GNMT(keras.Model):
         ``learning_rate``, ``delta``, and ``source_tokens`` / ``target_tokens`` (real
         tokens in the batch, for throughput).
         """
-        if self.training_objective is not None:  # e.g. RL refinement (gnmt_tf.reinforce)
+        if self.training_objective is not None:  # e.g. RL refinement (gnmt_tf.training.reinforce)
             return self.training_objective.train_step(self, data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if self.delta_schedule is not None:

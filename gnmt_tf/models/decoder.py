@@ -24,11 +24,11 @@ from typing import NamedTuple, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.attention import AdditiveAttention, AttentionMemory
-from gnmt_tf.cell import GNMTLSTMCell, uniform_initializer
+from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
+from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.int8_inference import dense_product
-from gnmt_tf.stack import LSTMState, ResidualLSTMStack, build_sublayer, placement_scope, run_over_time
+from gnmt_tf.quantization.weights import dense_product
+from gnmt_tf.layers.stack import LSTMState, ResidualLSTMStack, build_sublayer, placement_scope, run_over_time
 
 
 class DecoderState(NamedTuple):

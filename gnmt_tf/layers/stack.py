@@ -2,7 +2,7 @@
 
 ``run_over_time`` is the one time loop for whole sequences (training,
 encoding); ``ResidualLSTMStack.step`` is the one-step path that decoding
-uses. Both call the same :class:`~gnmt_tf.cell.GNMTLSTMCell` math.
+uses. Both call the same :class:`~gnmt_tf.layers.cell.GNMTLSTMCell` math.
 
 ``run_over_time`` has two implementations of the same loop, with identical
 results (the same ops on the same values at every step):
@@ -26,7 +26,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.cell import GNMTLSTMCell, clip
+from gnmt_tf.layers.cell import GNMTLSTMCell, clip
 
 LSTMState = Tuple[tf.Tensor, tf.Tensor]
 

@@ -1,7 +1,7 @@
 """Greedy decoding in the graph: the simplest search over ``GNMT.step``.
 
 Used for quick dev BLEU during training. Beam search with the paper's scoring
-(section 7) lives in :mod:`gnmt_tf.beam_search`.
+(section 7) lives in :mod:`gnmt_tf.decoding.beam`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Functions (also the SavedModel signatures):
 The beam width and n_best are fixed when the module is built (they set tensor
 shapes); alpha, beta and beamsize are inputs.
 
-With ``int8_weights`` (:class:`gnmt_tf.int8_inference.Int8Weights`) the
+With ``int8_weights`` (:class:`gnmt_tf.quantization.weights.Int8Weights`) the
 functions compute with eq. 12's int8 weights and the module tracks only those
 plus the weights kept in float, so a SavedModel of it stores int8. With
 ``jit_step`` each decoding step (the LSTM layers, attention and softmax,
@@ -34,9 +34,9 @@ from typing import Optional
 
 import tensorflow as tf
 
-from gnmt_tf.beam_search import beam_search
+from gnmt_tf.decoding.beam import beam_search
 from gnmt_tf.config import DecodingConfig
-from gnmt_tf.int8_inference import Int8Weights
+from gnmt_tf.quantization.weights import Int8Weights
 from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -47,8 +47,8 @@ class ExportableTranslator(tf.Module):
     """A trained GNMT and its tokenizer as string-to-string TensorFlow functions.
 
     Args:
-        model: a built :class:`gnmt_tf.model.GNMT` (at the delta it was trained at).
-        tokenizer: its :class:`gnmt_tf.tokenizer.WordpieceTokenizer`.
+        model: a built :class:`gnmt_tf.models.gnmt.GNMT` (at the delta it was trained at).
+        tokenizer: its :class:`gnmt_tf.data.tokenizer.WordpieceTokenizer`.
         decoding: beam search defaults; ``beam_width`` and ``n_best`` are fixed here.
         max_input_length: source wordpieces kept per sentence (longer ones are truncated).
     """

@@ -12,14 +12,14 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.config import GNMTConfig
-from gnmt_tf.schedules import GNMTLearningRate
+from gnmt_tf.training.schedules import GNMTLearningRate
 
 
 @keras.saving.register_keras_serializable(package="gnmt_tf")
 class AdamThenSGD(keras.optimizers.Adam):
     """Adam while ``iterations < adam_steps``, plain SGD (``w -= lr * g``) afterwards.
 
-    ``learning_rate`` is usually a :class:`~gnmt_tf.schedules.GNMTLearningRate`,
+    ``learning_rate`` is usually a :class:`~gnmt_tf.training.schedules.GNMTLearningRate`,
     which gives Adam's rate in the first phase and SGD's (halved on schedule)
     in the second.
     """

@@ -19,7 +19,7 @@ from typing import NamedTuple, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.cell import uniform_initializer
+from gnmt_tf.layers.cell import uniform_initializer
 
 # Added to the scores of padding positions; exp() of it is exactly 0 in float32.
 _MASKED_SCORE = -1e9

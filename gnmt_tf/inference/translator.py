@@ -21,9 +21,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from gnmt_tf.beam_search import beam_search
+from gnmt_tf.decoding.beam import beam_search
 from gnmt_tf.config import DecodingConfig
-from gnmt_tf.decoding import greedy_decode
+from gnmt_tf.decoding.greedy import greedy_decode
 from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 
@@ -39,7 +39,7 @@ class Translation(NamedTuple):
 
 
 class Translator:
-    """Translate raw sentences with a trained :class:`~gnmt_tf.model.GNMT` and its tokenizer.
+    """Translate raw sentences with a trained :class:`~gnmt_tf.models.gnmt.GNMT` and its tokenizer.
 
     Args:
         model, tokenizer: a trained model and its wordpiece tokenizer.

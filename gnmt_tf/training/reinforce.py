@@ -5,7 +5,7 @@ After maximum-likelihood training, the model is refined on
     O_mixed = alpha * O_ML + O_RL                                   (eq. 9)
     O_RL    = sum_i sum_Y P(Y | X_i) r(Y, Y*_i)                      (eq. 8)
 
-with r the sentence GLEU (:mod:`gnmt_tf.gleu`). The gradient of O_RL is
+with r the sentence GLEU (:mod:`gnmt_tf.metrics.gleu`). The gradient of O_RL is
 estimated, as the paper does, from m outputs sampled from the model for each
 source sentence, with the mean reward of those m samples subtracted as a
 baseline:
@@ -37,10 +37,10 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.attention import AttentionMemory
+from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import RLConfig
-from gnmt_tf.decoding import source_lengths
-from gnmt_tf.int8_inference import embedding_lookup
+from gnmt_tf.decoding.greedy import source_lengths
+from gnmt_tf.quantization.weights import embedding_lookup
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -136,7 +136,7 @@ class MixedObjective:
     Args:
         config: the ``rl`` section (samples m, alpha, length limit).
         reward: ``(output_ids [N, T], reference_ids [N, T']) -> [N]`` rewards in [0, 1]; ids
-            end at EOS or padding (see :func:`gnmt_tf.gleu.reward_function`).
+            end at EOS or padding (see :func:`gnmt_tf.metrics.gleu.reward_function`).
     """
 
     def __init__(self, config: RLConfig, reward: RewardFunction):

@@ -13,9 +13,9 @@ from typing import Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.cell import GNMTLSTMCell
+from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.stack import ResidualLSTMStack, build_sublayer, run_over_time
+from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, run_over_time
 
 
 class GNMTEncoder(keras.layers.Layer):

@@ -47,7 +47,7 @@ Search, per sentence:
 
 The search is model-agnostic: it calls ``step_fn(state, tokens) -> (logits,
 attention_probs, new_state)`` on a nest of tensors whose leading dimension is
-sentences x beam, which is what :meth:`gnmt_tf.model.GNMT.step` is.
+sentences x beam, which is what :meth:`gnmt_tf.models.gnmt.GNMT.step` is.
 """
 
 from __future__ import annotations

@@ -59,10 +59,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf.attention import AttentionMemory
+from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import ConfigError, ModelConfig, ParallelConfig
-from gnmt_tf.int8_inference import dense_product, embedding_lookup
-from gnmt_tf.stack import ResidualLSTMStack, run_over_time
+from gnmt_tf.quantization.weights import dense_product, embedding_lookup
+from gnmt_tf.layers.stack import ResidualLSTMStack, run_over_time
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -186,7 +186,7 @@ def resolve_placement(parallel: Optional[ParallelConfig], model: ModelConfig) ->
 def assign_devices(model, placement: Placement) -> None:
     """Mark every sublayer of an unbuilt GNMT with its device; ``build`` then creates its weights there.
 
-    ``gnmt_tf.stack.build_sublayer`` builds a layer under ``tf.device(layer.placement_device)``.
+    ``gnmt_tf.layers.stack.build_sublayer`` builds a layer under ``tf.device(layer.placement_device)``.
     """
     encoder, decoder = model.encoder, model.decoder
     pairs = [

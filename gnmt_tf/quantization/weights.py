@@ -5,7 +5,7 @@
 * every LSTM ``kernel`` / ``recurrent_kernel`` and the softmax kernel: int8
   codes with one float scale per output unit (eq. 12, or Marian's per-column
   7-sigma rule for comparison); their products run as
-  :func:`gnmt_tf.quantization.int8_matmul` (activations quantized on the fly,
+  :func:`gnmt_tf.quantization.int8.int8_matmul` (activations quantized on the fly,
   int32 accumulation). Section 6 quantizes exactly these: eq. 10-11 and the
   softmax weight ``W_s`` of eq. 13;
 * the two embedding tables: int8 with one scale per token (eq. 12 applied to
@@ -34,7 +34,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf import quantization
+from gnmt_tf.quantization import int8 as quantization
 
 _ACTIVE = threading.local()
 
@@ -88,7 +88,7 @@ class Int8Weights(tf.Module):
     """A GNMT's weights in int8 form (see the module docstring for which and how).
 
     Args:
-        model: a built :class:`gnmt_tf.model.GNMT`. Its float weights are read once
+        model: a built :class:`gnmt_tf.models.gnmt.GNMT`. Its float weights are read once
             here; later changes to the model are not seen.
         method: ``"per_row"`` (eq. 12, the default) or ``"per_column_7sigma"``
             (Marian, with an offset per column) for the products' kernels.

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.int8_inference import kernel_product
+from gnmt_tf.quantization.weights import kernel_product
 
 
 def uniform_initializer(scale: float) -> keras.initializers.Initializer:
@@ -80,7 +80,7 @@ class GNMTLSTMCell(keras.layers.Layer):
         self.output_size = units
         # A shared delta is passed in by the model; a standalone cell owns one.
         self._shared_delta = clip_delta
-        # Quantization-aware training (gnmt_tf.qat) sets this to a function that fake-quantizes a
+        # Quantization-aware training (gnmt_tf.quantization.qat) sets this to a function that fake-quantizes a
         # kernel (eq. 12 per output unit); every product then sees the int8 rounding error.
         self.kernel_quantizer: Optional[Callable[[tf.Variable], tf.Tensor]] = None
 
@@ -107,7 +107,7 @@ class GNMTLSTMCell(keras.layers.Layer):
         return self._shared_delta
 
     def _product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
-        """``x @ kernel``: fake-quantized under QAT, int8 under :class:`gnmt_tf.int8_inference.Int8Weights`."""
+        """``x @ kernel``: fake-quantized under QAT, int8 under :class:`gnmt_tf.quantization.weights.Int8Weights`."""
         if self.kernel_quantizer is not None:
             return kernel_product(x, self.kernel_quantizer(kernel))
         return kernel_product(x, kernel)

@@ -8,7 +8,7 @@ output unit, eq. 12::
     s_i = max_j |W[i, j]|,    WQ[i, j] = round(W[i, j] / s_i * 127)
 
 (for a Keras kernel ``[input, output]`` used as ``x @ W`` that is one scale per
-COLUMN, a max over axis 0; see :mod:`gnmt_tf.quantization`). A model trained in
+COLUMN, a max over axis 0; see :mod:`gnmt_tf.quantization.int8`). A model trained in
 float only meets this rounding at export time. Section 6 trains with the
 quantization in view (delta clipping, logit clipping) so that the int8 model
 loses little; QAT goes one step further: a short fine-tune in which every
@@ -26,7 +26,7 @@ symmetric=True, narrow_range=True)``, chosen for each weight by
 :class:`GNMTLSTMCellQuantizeConfig` (a ``tfmot.quantization.keras.QuantizeConfig``).
 Per axis on a 2-D kernel it reduces over axis 0 (one range per output unit);
 symmetric narrow range makes the range ``[-max|W|, max|W|]`` on codes
-``-127..127``: eq. 12. It agrees with :func:`gnmt_tf.quantization.fake_quantize`
+``-127..127``: eq. 12. It agrees with :func:`gnmt_tf.quantization.int8.fake_quantize`
 up to float32 rounding: TensorFlow's fake-quant op computes
 ``floor((W - min) / step + 0.5)`` on a nudged range instead of
 ``round(W / s * 127)``, so an element within ~1e-5 of a step of a rounding tie
@@ -35,7 +35,7 @@ dequantized values differ by ~1e-5 of a step elsewhere. Both are eq. 12 to
 float32 precision; ``tests/test_qat.py`` checks this bound.
 
 The GNMT is a subclassed Keras 2 model, which ``tfmot.quantization.keras.
-quantize_apply`` cannot wrap. Instead each :class:`gnmt_tf.cell.GNMTLSTMCell`
+quantize_apply`` cannot wrap. Instead each :class:`gnmt_tf.layers.cell.GNMTLSTMCell`
 has a hook, ``cell.kernel_quantizer``, through which both of its products
 (``project_inputs``: ``kernel``; ``recur``: ``recurrent_kernel``) pass.
 :class:`QuantizationAwareTraining` sets the hook on every cell to
@@ -91,7 +91,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.cell import GNMTLSTMCell
+from gnmt_tf.layers.cell import GNMTLSTMCell
 
 # The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
 #
@@ -125,14 +125,14 @@ def _quantize_config_class() -> type:
     QuantizeConfig = _tfmot().quantization.keras.QuantizeConfig
 
     class GNMTLSTMCellQuantizeConfig(QuantizeConfig):
-        """What QAT quantizes in a :class:`gnmt_tf.cell.GNMTLSTMCell`: its two kernels, eq. 12.
+        """What QAT quantizes in a :class:`gnmt_tf.layers.cell.GNMTLSTMCell`: its two kernels, eq. 12.
 
         Weights: ``kernel`` and ``recurrent_kernel``, each with
         :func:`eq12_weight_quantizer`. The "standard" cell's bias and delta stay
         float (int8 inference keeps them float too).
 
         Activations and outputs: none. At int8 inference
-        (:func:`gnmt_tf.quantization.int8_matmul`) the activations are quantized on
+        (:func:`gnmt_tf.quantization.int8.int8_matmul`) the activations are quantized on
         the fly with a scale per input vector computed from the vector itself, so
         there is no range to learn, and the paper fine-tunes nothing for them.
         """
@@ -180,7 +180,7 @@ def _quantize_config_class() -> type:
 
 
 def __getattr__(name: str):
-    # ``from gnmt_tf.qat import GNMTLSTMCellQuantizeConfig`` builds the class (and imports tfmot) only then.
+    # ``from gnmt_tf.quantization.qat import GNMTLSTMCellQuantizeConfig`` builds the class (and imports tfmot) only then.
     if name == "GNMTLSTMCellQuantizeConfig":
         return _quantize_config_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ Everything that defines the run's state (weights, optimizer moments and step,
 hence the Adam/SGD phase and delta) is in the checkpoint, so a killed run
 resumes where its last checkpoint left it.
 
-Under a ``tf.distribute`` strategy (:mod:`gnmt_tf.distribute`) only the chief writes
+Under a ``tf.distribute`` strategy (:mod:`gnmt_tf.parallel.distribute`) only the chief writes
 checkpoints, summaries and the dev evaluation (on a one-device copy of the weights);
 the other workers of a synchronous cluster save to a temporary directory and delete it.
 A restarted cluster resumes from the chief's last checkpoint.
@@ -37,17 +37,17 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf import distribute
+from gnmt_tf.parallel import distribute
 from gnmt_tf import model_dir as layout
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
-from gnmt_tf.evaluation import BleuResult, corpus_bleu
-from gnmt_tf.losses import SequenceCrossEntropy
-from gnmt_tf.model import GNMT
-from gnmt_tf.optimizer import AdamThenSGD
-from gnmt_tf.schedules import DeltaAnnealClock, DeltaSchedule
-from gnmt_tf.tokenizer import WordpieceTokenizer
-from gnmt_tf.translator import Translator
+from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
+from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.training.optimizer import AdamThenSGD
+from gnmt_tf.training.schedules import DeltaAnnealClock, DeltaSchedule
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf.inference.translator import Translator
 
 Pair = Tuple[str, str]
 
@@ -275,9 +275,9 @@ class Trainer:
             (a fine-tune of another model; only the model is restored, not its optimizer).
 
     With ``training.quantization_aware`` every LSTM kernel is fake-quantized (eq. 12) in
-    training and in dev evaluation (:mod:`gnmt_tf.qat`); checkpoints hold the float weights.
+    training and in dev evaluation (:mod:`gnmt_tf.quantization.qat`); checkpoints hold the float weights.
     With ``training.objective: rl`` each step is the mixed objective of eq. 9 with the GLEU
-    reward (:mod:`gnmt_tf.reinforce`), and the run stops once dev BLEU has not improved for
+    reward (:mod:`gnmt_tf.training.reinforce`), and the run stops once dev BLEU has not improved for
     ``rl.patience`` evaluations.
     """
 
@@ -328,7 +328,7 @@ class Trainer:
             self.model.distribute_reduction_method = "first"
         self.quantization_aware = None
         if config.training.quantization_aware:  # before anything traces the model
-            from gnmt_tf.qat import enable_quantization_aware_training
+            from gnmt_tf.quantization.qat import enable_quantization_aware_training
 
             self.quantization_aware = enable_quantization_aware_training(self.model)
         # RL refinement (section 5): the mixed objective of eq. 9 replaces the ML step, and the
@@ -336,8 +336,8 @@ class Trainer:
         self.patience: Optional[int] = None
         self.evaluations_since_best = 0
         if config.training.objective == "rl":
-            from gnmt_tf.gleu import reward_function
-            from gnmt_tf.reinforce import MixedObjective
+            from gnmt_tf.metrics.gleu import reward_function
+            from gnmt_tf.training.reinforce import MixedObjective
 
             self.model.training_objective = MixedObjective(config.rl, reward_function(config.rl, tokenizer))
             self.patience = config.rl.patience
@@ -358,7 +358,7 @@ class Trainer:
             self.dev_model = GNMT(config.model)
             self.dev_model.build()
             if config.training.quantization_aware:
-                from gnmt_tf.qat import enable_quantization_aware_training
+                from gnmt_tf.quantization.qat import enable_quantization_aware_training
 
                 enable_quantization_aware_training(self.dev_model)
             best_checkpoint = tf.train.Checkpoint(model=self.dev_model)

@@ -1,0 +1,1 @@
+"""The command-line tools, ``python -m gnmt_tf.<command>``."""

@@ -1,0 +1,106 @@
+"""Average the last checkpoints of a model: ``python -m gnmt_tf.average --model-dir DIR --last N``.
+
+Writes the element-wise mean of the model weights of the newest N checkpoints in
+DIR/checkpoints/ to DIR/averaged/, a checkpoint that translate, evaluate and export
+use with ``--checkpoint averaged``. Averaging the weights of neighbouring
+checkpoints smooths the noise of the last updates (OpenNMT-tf's
+``average-checkpoints``); benchmarks/results/quality.json has what it gives here.
+
+The averaged model keeps the delta (eq. 10) of the newest checkpoint: delta is not
+a weight to average but the clipping the weights were trained under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, List, Tuple
+
+
+
+def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
+    """The newest ``last`` checkpoint paths of ``model_dir``, oldest first."""
+    import tensorflow as tf
+
+    from gnmt_tf import model_dir as layout
+
+    if last < 1:
+        raise layout.ModelDirError(f"--last must be at least 1, got {last}")
+    directory = layout.checkpoint_dir(model_dir)
+    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if not paths:
+        raise layout.ModelDirError(f"{model_dir} has no checkpoints to average (looked in {directory})")
+    if len(paths) < last:
+        raise layout.ModelDirError(
+            f"{model_dir} keeps {len(paths)} checkpoint(s), fewer than --last {last}; average fewer, or "
+            f"keep more while training (training.keep_checkpoints)"
+        )
+    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths[-last:]]
+
+
+def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = print) -> Tuple[str, List[str]]:
+    """Write the mean of the newest ``last`` checkpoints to ``model_dir/averaged/``.
+
+    Returns the averaged checkpoint's path and the paths it averaged.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from gnmt_tf import model_dir as layout
+
+    config, _ = layout.load_metadata(model_dir)
+    paths = checkpoints_to_average(model_dir, last)
+    model = layout.build_model(config)
+    delta_index = next(i for i, w in enumerate(model.weights) if w is model.clip_delta)
+    total = None
+    deltas = []
+    for path in paths:
+        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        weights = [np.asarray(w, np.float64) for w in model.get_weights()]
+        deltas.append(float(weights[delta_index]))
+        total = weights if total is None else [t + w for t, w in zip(total, weights)]
+    mean = [t / len(paths) for t in total]
+    mean[delta_index] = np.float64(deltas[-1])
+    if max(deltas) > deltas[-1] * (1 + 1e-6):
+        log(f"note: the averaged checkpoints were trained at delta {', '.join(f'{d:.3g}' for d in deltas)}; "
+            f"the average is used at the newest one's, {deltas[-1]:.3g}")
+    model.set_weights([m.astype(w.dtype.as_numpy_dtype) for m, w in zip(mean, model.weights)])
+    step = int(paths[-1].rsplit("-", 1)[-1])
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), layout.averaged_dir(model_dir), max_to_keep=1)
+    path = manager.save(checkpoint_number=step)
+    with open(os.path.join(layout.averaged_dir(model_dir), "sources.txt"), "w", encoding="utf-8") as handle:
+        handle.writelines(f"{os.path.basename(p)}\n" for p in paths)
+    return path, paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gnmt_tf.average",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+    parser.add_argument("--last", type=int, default=3,
+                        help="how many of the newest checkpoints to average (default: %(default)s)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from gnmt_tf.model_dir import ModelDirError
+
+    try:
+        path, paths = average_checkpoints(args.model_dir, args.last)
+    except ModelDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)}) into {path}")
+    print("use it with --checkpoint averaged (translate, evaluate, export)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

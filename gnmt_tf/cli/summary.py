@@ -1,0 +1,49 @@
+"""Build a GNMT from a config and print its layers and parameter counts.
+
+    python -m gnmt_tf.summary --config gnmt_wmt14_enfr
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gnmt_tf.summary",
+        description="Build the GNMT model of a config and print its layers and parameter counts.",
+    )
+    parser.add_argument(
+        "--config", default="small", help="YAML file or shipped config name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config field, e.g. --set model.units=512 (repeatable)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    from gnmt_tf.config import ConfigError, load_config, parse_overrides
+    from gnmt_tf.models.gnmt import GNMT
+
+    try:
+        config = load_config(args.config, overrides=parse_overrides(args.overrides))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    model = GNMT(config.model)
+    model.build()
+    model.summary(expand_nested=True)
+    trainable = sum(int(w.shape.num_elements()) for w in model.trainable_weights)
+    print(f"trainable parameters: {trainable:,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""Train a GNMT: ``python -m gnmt_tf.train``.
+
+With no arguments it trains the ``small`` config on the built-in default data
+(the English->French gettext catalogs of this machine) for about ten minutes,
+then prints dev BLEU and sample translations and leaves a self-contained model
+directory. With ``--config configs/gnmt_wmt14_enfr.yaml --train ... --dev ...``
+it runs the paper's recipe. Run it again with the same ``--model-dir`` to resume.
+
+``--refine qat|rl --init-from MODEL_DIR --model-dir OUT`` fine-tunes an already
+trained model instead. ``qat``: quantization-aware training (section 6, eq. 12; see
+gnmt_tf.quantization.qat), a short run in which every LSTM kernel is fake-quantized to int8, so
+that the int8 export loses as little as possible. ``rl``: refinement with the
+expected GLEU reward (section 5, eq. 8-9; see gnmt_tf.training.reinforce), plain SGD without
+dropout until dev BLEU stops improving. OUT gets the model's config (training
+section: the fine-tuning recipe), vocabulary and dev split, and is a normal model
+directory (translate, evaluate, export). Give the data the model was trained on
+with --train (default: the built-in data, as for training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+DEFAULT_CONFIG = "small"
+DEV_FILE = "dev.tsv"  # the dev split, kept in the model directory
+STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
+REFINEMENTS = ("qat", "rl")  # fine-tunes of a trained model (--refine)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gnmt_tf.train",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config", default=None,
+        help=f"YAML file or shipped config name: tiny, small, gnmt_wmt14_enfr, gnmt_wmt14_ende "
+        f"(default: {DEFAULT_CONFIG}, or the config saved in --model-dir when resuming)",
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config field, e.g. --set training.batch_size=32 (repeatable)",
+    )
+    parser.add_argument(
+        "--train", default=None, metavar="DATA",
+        help="training pairs: a TSV file (source<TAB>target, .gz accepted), 'SRC_FILE,TGT_FILE' "
+        "(aligned files) or 'tfds:NAME'. Default: this machine's gettext catalogs",
+    )
+    parser.add_argument("--dev", default=None, metavar="DATA", help="dev pairs, same forms (default: held out from --train)")
+    parser.add_argument("--source-lang", default="en", help="source language of the built-in data (default: en)")
+    parser.add_argument("--target-lang", default="fr", help="target language of the built-in data (default: fr)")
+    parser.add_argument("--model-dir", default=None, help="output directory (default: runs/<source>-<target>)")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop at this global step (training.max_steps)")
+    parser.add_argument(
+        "--max-minutes", type=float, default=None, help="stop after this many minutes (training.max_minutes)"
+    )
+    parser.add_argument(
+        "--strategy", choices=STRATEGIES, default="default",
+        help="data parallelism (section 3.3; docs/distributed.md): mirrored = this machine's devices; "
+        "multi_worker = synchronous workers, parameter_server = asynchronous replicas (both from "
+        "TF_CONFIG; a parameter_server worker or ps process just serves); tpu = TPUStrategy (TPU_NAME). "
+        "training.batch_size is the batch of one update, split across synchronous replicas "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logical-cpus", type=int, default=None, metavar="N",
+        help="split this machine's CPU into N logical devices, so that --strategy mirrored can be "
+        "tried without GPUs (for trying, not for speed)",
+    )
+    parser.add_argument(
+        "--refine", choices=REFINEMENTS, default=None,
+        help="fine-tune the trained model of --init-from instead of training from scratch: "
+        "qat = quantization-aware training for int8 inference (section 6); "
+        "rl = refinement with the expected GLEU reward (section 5)",
+    )
+    parser.add_argument(
+        "--init-from", default=None, metavar="MODEL_DIR",
+        help="the trained model directory --refine starts from (its best checkpoint, else its latest); "
+        "it is only read",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true",
+        help="no live progress bar, one line per segment (the default when output is not a terminal)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.refine and not args.init_from:
+        parser.error(f"--refine {args.refine} needs --init-from MODEL_DIR, the trained model to fine-tune")
+    if args.init_from and not args.refine:
+        parser.error(f"--init-from needs --refine ({', '.join(REFINEMENTS)}): it says what fine-tune to run")
+    if args.refine and args.config is not None:
+        parser.error("--config cannot be combined with --refine: the model's own config is used "
+                     "(change fields with --set)")
+    if args.refine and not args.model_dir:
+        parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    from gnmt_tf.config import ConfigError
+    from gnmt_tf.data import DataError
+    from gnmt_tf.model_dir import ModelDirError
+
+    try:
+        if args.logical_cpus is not None:  # before anything initializes TensorFlow's devices
+            from gnmt_tf.parallel.distribute import split_cpu
+
+            split_cpu(args.logical_cpus)
+        return _run_refine(args) if args.refine else _run(args)
+    except (ConfigError, DataError, ModelDirError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _cli_overrides(args) -> dict:
+    """``--set`` pairs plus the flags that are shortcuts for config fields."""
+    from gnmt_tf.config import parse_overrides
+
+    overrides = parse_overrides(args.overrides)
+    if args.max_steps is not None:
+        overrides["training.max_steps"] = args.max_steps
+    if args.max_minutes is not None:
+        overrides["training.max_minutes"] = args.max_minutes
+    return overrides
+
+
+def _run(args) -> int:
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.config import ConfigError, load_config
+
+    model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
+    overrides = _cli_overrides(args)
+    strategy = _strategy(args)  # a parameter-server worker or ps process serves in here
+
+    resuming = layout.has_config(model_dir)
+    if resuming:
+        config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
+        if args.config is not None:
+            requested = load_config(args.config, overrides=overrides)
+            requested.model.vocab_size = config.model.vocab_size
+            if requested.model != config.model:
+                raise ConfigError(
+                    f"{model_dir} holds a model built from a different config than {args.config}; "
+                    f"use a new --model-dir, or leave out --config to resume with the saved one"
+                )
+        print(f"model directory {model_dir} exists: resuming with its config.yaml")
+    else:
+        config = load_config(args.config or DEFAULT_CONFIG, overrides=overrides)
+
+    train_pairs, dev_pairs = _load_data(args, config)
+    tokenizer = _tokenizer(model_dir, config, train_pairs, resuming)
+    config.model.vocab_size = tokenizer.vocab_size
+    if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
+        layout.save_metadata(model_dir, config, tokenizer)
+        _write_dev(model_dir, dev_pairs)
+
+    from gnmt_tf.training.trainer import Trainer
+
+    trainer = Trainer(
+        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args), strategy=strategy
+    )
+    return _train_and_report(trainer, model_dir)
+
+
+def _strategy(args):
+    """The tf.distribute strategy of --strategy (None: default); see gnmt_tf.parallel.distribute."""
+    from gnmt_tf.parallel.distribute import strategy_for
+
+    return strategy_for(args.strategy)
+
+
+def _is_chief(strategy) -> bool:
+    from gnmt_tf.parallel.distribute import is_chief
+
+    return is_chief(strategy)
+
+
+def _refinement_config(refine, init_config, overrides):
+    """The fine-tune's config: the model's own, with the training recipe of ``refine``."""
+    if refine == "qat":
+        from gnmt_tf.quantization.qat import quantization_aware_config
+
+        return quantization_aware_config(init_config, overrides)
+    from gnmt_tf.training.reinforce import refinement_config
+
+    return refinement_config(init_config, overrides)
+
+
+def _is_refinement(refine, config) -> bool:
+    if refine == "qat":
+        return config.training.quantization_aware
+    return config.training.objective == "rl"
+
+
+def _describe_refinement(refine, config, init_checkpoint) -> str:
+    t = config.training
+    if refine == "qat":
+        return (
+            f"quantization-aware fine-tune of {init_checkpoint}: every LSTM kernel fake-quantized to int8 "
+            f"(eq. 12), plain SGD at {t.sgd_learning_rate:g} for {t.max_steps} steps, delta fixed at "
+            f"{config.model.clip_delta:g}"
+        )
+    rl = config.rl
+    return (
+        f"RL refinement of {init_checkpoint} (section 5): O_mixed = {rl.ml_weight:g} * O_ML + O_RL, "
+        f"expected GLEU over {rl.reward_units} from {rl.samples} samples per sentence; plain SGD at "
+        f"{t.sgd_learning_rate:g}, dropout {config.model.dropout:g}; dev BLEU every {t.eval_every} steps, "
+        f"stopping after {rl.patience} without improvement (or at step {t.max_steps})"
+    )
+
+
+def _run_refine(args) -> int:
+    """``--refine qat|rl``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.config import ConfigError, load_config
+    from gnmt_tf.data import read_tsv
+
+    init_dir, model_dir = args.init_from, args.model_dir
+    init_config, tokenizer = layout.load_metadata(init_dir)
+    init_checkpoint = layout.find_checkpoint(init_dir, "best")
+    if init_checkpoint is None:
+        raise layout.ModelDirError(f"{init_dir} has no checkpoint to fine-tune (no best/ or checkpoints/)")
+    if os.path.realpath(model_dir) == os.path.realpath(init_dir):
+        raise layout.ModelDirError(
+            f"--model-dir must be a new directory, not the --init-from model itself ({init_dir}): "
+            f"the fine-tune would overwrite the model it starts from"
+        )
+    strategy = _strategy(args)
+    overrides = _cli_overrides(args)
+
+    resuming = layout.has_config(model_dir)
+    if resuming:  # an interrupted fine-tune: its saved recipe, and its own checkpoints
+        config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
+        if not _is_refinement(args.refine, config):
+            raise ConfigError(
+                f"{model_dir} holds a model that is not a --refine {args.refine} fine-tune; use a new --model-dir"
+            )
+        print(f"model directory {model_dir} exists: resuming the fine-tune with its config.yaml")
+    else:
+        config = _refinement_config(args.refine, init_config, overrides)
+    # The network is the checkpoint's; only dropout may differ in the fine-tune.
+    if dataclasses.replace(config.model, dropout=init_config.model.dropout) != init_config.model:
+        raise ConfigError(
+            f"the model section must be that of {init_dir} (the checkpoint's network); "
+            f"only model.dropout may be changed for the fine-tune"
+        )
+
+    init_dev = os.path.join(init_dir, DEV_FILE)
+    dev_from_init = not args.dev and os.path.exists(init_dev)
+    if dev_from_init:  # the model's own dev split, so its dev BLEU stays comparable
+        dev_pairs, _ = read_tsv(init_dev)
+        train_pairs = _load_training_pairs(args)
+        held_out = {_folded(pair) for pair in dev_pairs}
+        kept = [pair for pair in train_pairs if _folded(pair) not in held_out]
+        print(f"dev split: the {len(dev_pairs):,} pairs of {init_dev}; "
+              f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
+        train_pairs = kept
+        print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
+    else:
+        train_pairs, dev_pairs = _load_data(args, config)
+    if not args.train:
+        print(f"note: fine-tuning on the built-in data (no --train given); if {init_dir} was trained "
+              f"on other data, pass that with --train")
+    if _is_chief(strategy):
+        layout.save_metadata(model_dir, config, tokenizer)
+        _write_dev(model_dir, dev_pairs)
+
+    from gnmt_tf.training.trainer import Trainer
+
+    print(_describe_refinement(args.refine, config, init_checkpoint))
+    trainer = Trainer(
+        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
+        init_checkpoint=init_checkpoint, strategy=strategy,
+    )
+    return _train_and_report(trainer, model_dir)
+
+
+def _verbosity(args) -> int:
+    # A live progress bar on a terminal; one line per segment in logs and pipes.
+    return 1 if sys.stdout.isatty() and not args.quiet else 2
+
+
+def _train_and_report(trainer, model_dir) -> int:
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.parallel.distribute import WorkerLost
+    from gnmt_tf.training.trainer import TrainingDiverged
+
+    try:
+        result = trainer.train()
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except WorkerLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    print()
+    print(f"stopped at step {result.step}: {result.stop_reason}")
+    if not trainer.is_chief:
+        print("this worker is done; the chief evaluates and writes the model directory")
+        return 0
+    final_delta = trainer.config.model.clip_delta
+    if result.delta is not None and not layout.anneal_finished(result.delta, final_delta):
+        print(f"delta: {result.delta:.3g} (the anneal to {final_delta:g} ends at step "
+              f"{trainer.config.training.delta_anneal_steps:,}); the model is evaluated and decoded at "
+              f"delta {result.delta:.3g}, the value it was trained at")
+    print(f"dev perplexity: {result.dev_perplexity:.2f}")
+    print(f"dev {result.dev_bleu}")
+    if result.best_bleu is not None:
+        print(f"best dev BLEU so far: {result.best_bleu:.2f} (checkpoint in {layout.best_dir(model_dir)})")
+    print("sample translations (dev):")
+    for source, reference, translation in result.samples:
+        source, reference = " ".join(source.split()), " ".join(reference.split())  # catalog strings hold newlines
+        print(f"  source:      {source}\n  reference:   {reference}\n  translation: {translation}\n")
+    print(f"model directory: {model_dir} (config.yaml, wordpieces.txt, checkpoints/, best/, logs/)")
+    return 0
+
+
+def _load_training_pairs(args):
+    from gnmt_tf.data.catalogs import load_catalog_pairs
+    from gnmt_tf.data import read_parallel
+
+    if args.train:
+        train_pairs, report = read_parallel(args.train, source_lang=args.source_lang, target_lang=args.target_lang)
+        print(report.summary())
+        return train_pairs
+    pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
+    print(f"built-in data: {report.summary()}")
+    return pairs
+
+
+def _load_data(args, config):
+    from gnmt_tf.data import read_parallel, split_dev
+
+    d = config.data
+    train_pairs = _load_training_pairs(args)
+    if args.dev:
+        dev_pairs, report = read_parallel(args.dev, split="validation", source_lang=args.source_lang,
+                                          target_lang=args.target_lang)
+        print(report.summary())
+    else:
+        train_pairs, dev_pairs = split_dev(train_pairs, d.dev_fraction, d.dev_max_pairs, config.training.seed)
+        print(f"held out {len(dev_pairs):,} pairs as the dev split (data.dev_fraction, data.dev_max_pairs)")
+    print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
+    return train_pairs, dev_pairs
+
+
+def _tokenizer(model_dir, config, train_pairs, resuming):
+    from gnmt_tf.config import ConfigError
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+
+    if os.path.exists(os.path.join(model_dir, WordpieceTokenizer.PIECES_FILE)):
+        tokenizer = WordpieceTokenizer.load(model_dir)
+        print(f"using the vocabulary in {model_dir}: {tokenizer.vocab_size:,} wordpieces")
+        return tokenizer
+    if resuming:
+        print(f"warning: {model_dir} has a config but no vocabulary; learning one", file=sys.stderr)
+    started = time.monotonic()
+    sentences = [side for pair in train_pairs for side in pair]  # one vocabulary for both languages
+    try:
+        tokenizer = WordpieceTokenizer.learn(sentences, config.model.vocab_size, config.data.max_characters)
+    except ValueError as err:  # a vocabulary too small for the alphabet: a config problem
+        raise ConfigError(f"model.vocab_size / data.max_characters: {err}") from None
+    print(
+        f"learned a shared wordpiece vocabulary of {tokenizer.vocab_size:,} pieces "
+        f"({len(tokenizer.alphabet)} basic characters) in {time.monotonic() - started:.1f} s"
+    )
+    return tokenizer
+
+
+def _folded(pair):
+    """A pair as dev.tsv stores it: whitespace folded to single spaces."""
+    return tuple(" ".join(side.split()) for side in pair)
+
+
+def _write_dev(model_dir, dev_pairs):
+    """Keep the dev split with the model (whitespace folded: TSV cannot hold tabs or newlines)."""
+    path = os.path.join(model_dir, DEV_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        for source, target in dev_pairs:
+            handle.write(f"{' '.join(source.split())}\t{' '.join(target.split())}\n")
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The tf.data pipeline: sentence pairs in, padded batches of wordpiece ids out.
+
+:func:`make_dataset` tokenizes, filters by length (section 8.3 trains on sentences of
+bounded length), buckets similar lengths together and pads, yielding
+``((source_ids, target_input_ids), target_output_ids)`` for teacher forcing.
+:func:`count_filtered` says how many pairs the length filter drops, so the caller
+can report it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from gnmt_tf.data.readers import DataError, Pair
+from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+
+TOKENIZE_CHUNK = 1024
+"""Sentences tokenized per call in the pipeline (one call per chunk is far faster than
+one per sentence)."""
+
+Tokenize = Callable[..., object]
+"""A callable mapping a tf.string tensor [N] to a tf.RaggedTensor of int32 ids [N, None]
+(wordpieces only: no BOS/EOS)."""
+
+
+def make_dataset(
+    pairs: Sequence[Pair],
+    tokenize: Tokenize,
+    *,
+    batch_size: int,
+    batch_tokens: Optional[int] = None,
+    max_length: int,
+    bucket_width: int,
+    shuffle_buffer: int,
+    seed: int,
+    training: bool = True,
+    repeat: bool = False,
+):
+    """A ``tf.data.Dataset`` of ``((source_ids, target_input_ids), target_output_ids)``.
+
+    All three are int32 [batch, time], right-padded with PAD_ID (0).  Per pair, with
+    ``x`` and ``y`` the wordpieces of source and target::
+
+        source_ids        = x + [EOS]
+        target_input_ids  = [BOS] + y      (the decoder's inputs, y_0 = BOS, eq. 2)
+        target_output_ids = y + [EOS]      (what it must predict at each step)
+
+    Training (``training=True``): pairs are shuffled (``seed``, reshuffled every
+    epoch), tokenized in chunks, pairs with more than ``max_length`` wordpieces on
+    either side are dropped (see :func:`count_filtered` to report how many), and
+    pairs are grouped into buckets of similar length (width ``bucket_width``,
+    measured on the longer side) so that little of each batch is padding.  A batch
+    holds ``batch_size`` pairs or, when ``batch_tokens`` is set, as many pairs as
+    keep ``batch x longest target_output`` within ``batch_tokens`` (computed per
+    bucket from its longest possible target).
+
+    Evaluation (``training=False``): the input order is kept, nothing is filtered
+    (every pair is scored) and batches are ``batch_size`` consecutive pairs.
+
+    ``repeat`` repeats the data forever (a new shuffle each epoch).  Given the same
+    ``seed`` (and the same TensorFlow global seed, which tf.data combines with it)
+    two datasets yield the same batches.
+    """
+    import tensorflow as tf
+
+    if not pairs:
+        raise DataError("make_dataset: no sentence pairs")
+    if batch_size <= 0 or max_length <= 0 or bucket_width <= 0:
+        raise ValueError(
+            f"batch_size, max_length and bucket_width must be positive, got {batch_size}, {max_length}, "
+            f"{bucket_width}"
+        )
+    boundaries = list(range(bucket_width + 1, max_length + 1, bucket_width))
+    if training and batch_tokens is not None:
+        if batch_tokens < max_length + 1:
+            raise ValueError(
+                f"batch_tokens ({batch_tokens}) must be at least max_length + 1 ({max_length + 1}) so that "
+                f"one pair of the longest allowed length fits in a batch"
+            )
+        # Bucket i holds longer-side lengths < boundaries[i], so its targets (with EOS) are at
+        # most boundaries[i] wide; the last bucket goes up to max_length (+1 for EOS).
+        widths = boundaries + [max_length + 1]
+        bucket_batch_sizes = [batch_tokens // width for width in widths]
+    else:
+        bucket_batch_sizes = [batch_size] * (len(boundaries) + 1)
+
+    sources = tf.constant([source for source, _ in pairs], dtype=tf.string)
+    targets = tf.constant([target for _, target in pairs], dtype=tf.string)
+    dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
+    if training:
+        buffer = max(1, min(shuffle_buffer, len(pairs)))
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+    def tokenize_chunk(source_text, target_text):
+        return (
+            tf.cast(tokenize(source_text), tf.int32),
+            tf.cast(tokenize(target_text), tf.int32),
+        )
+
+    dataset = (
+        dataset.batch(TOKENIZE_CHUNK)
+        .map(tokenize_chunk, num_parallel_calls=tf.data.AUTOTUNE)  # ordered: deterministic
+        .unbatch()
+    )
+
+    def add_special_ids(source_tokens, target_tokens):
+        eos = tf.constant([EOS_ID], tf.int32)
+        bos = tf.constant([BOS_ID], tf.int32)
+        return (
+            tf.concat([source_tokens, eos], 0),
+            tf.concat([bos, target_tokens], 0),
+            tf.concat([target_tokens, eos], 0),
+        )
+
+    if training:
+        dataset = dataset.filter(
+            lambda source_tokens, target_tokens: tf.logical_and(
+                tf.size(source_tokens) <= max_length, tf.size(target_tokens) <= max_length
+            )
+        )
+    dataset = dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
+
+    if training:
+        # Bucket on the longer side's wordpiece count (the EOS/BOS adds 1 to both).
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=lambda source, target_in, target_out: tf.maximum(
+                tf.shape(source)[0], tf.shape(target_out)[0]
+            ) - 1,
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=bucket_batch_sizes,
+            padding_values=(PAD_ID, PAD_ID, PAD_ID),
+        )
+    else:
+        dataset = dataset.padded_batch(batch_size, padding_values=(PAD_ID, PAD_ID, PAD_ID))
+    dataset = dataset.map(lambda source, target_in, target_out: ((source, target_in), target_out))
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def count_filtered(
+    pairs: Sequence[Pair], tokenize: Tokenize, max_length: int, chunk_size: int = 4 * TOKENIZE_CHUNK
+) -> int:
+    """How many pairs have more than ``max_length`` wordpieces on either side.
+
+    These are the pairs :func:`make_dataset` drops in training; the caller reports
+    the number (the pipeline itself cannot print without losing determinism or speed).
+    Tokenizes every pair once, in chunks.
+    """
+    import tensorflow as tf
+
+    dropped = 0
+    for start in range(0, len(pairs), chunk_size):
+        chunk = pairs[start:start + chunk_size]
+        longest = None
+        for side in (0, 1):
+            lengths = tokenize(tf.constant([pair[side] for pair in chunk], dtype=tf.string)).row_lengths()
+            longest = lengths if longest is None else tf.maximum(longest, lengths)
+        dropped += int(tf.reduce_sum(tf.cast(longest > max_length, tf.int32)))
+    return dropped
+

@@ -1,0 +1,1 @@
+"""Text in, text out: the translator that is exported and that the Python API wraps."""

@@ -1,0 +1,1 @@
+"""Corpus BLEU (sacrebleu) and the GLEU reward of section 5."""

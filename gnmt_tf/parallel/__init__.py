@@ -1,0 +1,1 @@
+"""Data parallelism with tf.distribute and model parallelism over layers (section 3.3)."""
