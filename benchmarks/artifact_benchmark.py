@@ -14,7 +14,7 @@ Part A, a trained model directory (``python -m gnmt_tf.train`` writes one):
   a user would (``tf.saved_model.load(dir).signatures["serving_default"]``,
   :class:`export.tflite.TFLiteTranslator`), plus two in-process Python API
   rows: ``keras`` (:class:`gnmt_tf.inference.translator.Translator` on the model
-  directory) and ``keras_int8`` (the same inside ``Int8Weights(model).active("int8")``).
+  directory) and ``keras_int8`` (the same inside ``model.transformed_weights(Int8Weights(model))``).
   It warms up on one sentence (``first_call_seconds``: includes tracing, and
   XLA compilation for the XLA variants), then translates the first
   ``--sentences`` dev sources in batches of 16 (sorted by length, the same
@@ -44,7 +44,7 @@ function in the worker process; no artifact exports it.)
 
 Part C, the trained model again: eq. 12's per-row scales against Marian's
 per-column 7-sigma rule, int8 products, through the Translator inside
-``Int8Weights(model, method).active("int8")``: dev BLEU, identity with float,
+``model.transformed_weights(Int8Weights(model, method))``: dev BLEU, identity with float,
 and the quantization error of the kernels (``gnmt_tf.quantization.int8.quantization_report``).
 
 Each worker is a fresh process (TensorFlow fixes its thread pools at start)
@@ -210,8 +210,8 @@ def _load_translate(tf, name, job, threads):
         if spec["quantize"] == "int8":
             from gnmt_tf.quantization.weights import Int8Weights
 
-            # The Translator's graphs trace at their first call: every call stays inside the context.
-            stack.enter_context(Int8Weights(model).active(spec["int8_products"]))
+            # The Translator's graphs trace at their first call: every call stays inside the scope.
+            stack.enter_context(model.transformed_weights(Int8Weights(model, products=spec["int8_products"])))
         translator = Translator(model, tokenizer, config.decoding, batch_size=max(job["batches"] + [job["bleu_batch"]]))
         return translator.translate, stack
     path = job["paths"][name]
@@ -308,8 +308,8 @@ def worker_paper(job, threads):
     tf = _import_tf(threads)
     import numpy as np
 
-    from gnmt_tf.quantization import weights as int8_inference
     from gnmt_tf.decoding.beam import beam_search
+    from gnmt_tf.layers.weights import WeightTransform, matmul
     from gnmt_tf.config import load_config
     from gnmt_tf.quantization.weights import Int8Weights
     from gnmt_tf.models.gnmt import GNMT
@@ -325,52 +325,31 @@ def worker_paper(job, threads):
     L1, L2 = job["lengths"]
     suppress_eos = tf.one_hot(EOS_ID, config.vocab_size) * -1e9
 
-    # bfloat16: the kernels int8 would quantize, cast to bfloat16 once (variables), products in bfloat16.
-    # It rides on int8_inference's hook (a kernel_parts that returns a tensor is multiplied as is), with
-    # its private _matmul wrapped to cast the activations: benchmark-only, nothing in gnmt_tf changes.
-    class BFloat16Weights:
+    # bfloat16: the kernels int8 would quantize, cast to bfloat16 once (variables), products in bfloat16;
+    # a weight transform of this benchmark's own: nothing in gnmt_tf changes.
+    class BFloat16Weights(WeightTransform):
         def __init__(self):
             self.kernels = {v.ref(): tf.Variable(tf.cast(v, tf.bfloat16), trainable=False)
                             for v in quantized_kernel_variables(model)}
 
-        def kernel_parts(self, kernel):
+        def product(self, x, kernel):
             stored = self.kernels.get(kernel.ref())
-            return None if stored is None else stored.value()
+            if stored is None:
+                return matmul(x, kernel)
+            return tf.cast(matmul(tf.cast(x, tf.bfloat16), stored.value()), tf.float32)
 
-        def embedding_parts(self, table):
-            return None
-
-        @contextlib.contextmanager
-        def active(self, products=None):
-            stack = getattr(int8_inference._ACTIVE, "stack", None)
-            if stack is None:
-                stack = int8_inference._ACTIVE.stack = []
-            stack.append(self)
-            try:
-                yield self
-            finally:
-                stack.pop()
-
-    original_matmul = int8_inference._matmul
-
-    def matmul_any_dtype(x, kernel):
-        if kernel.dtype == tf.bfloat16:
-            return tf.cast(original_matmul(tf.cast(x, tf.bfloat16), kernel), tf.float32)
-        return original_matmul(x, kernel)
-
-    int8_inference._matmul = matmul_any_dtype
-
-    weights = {}
+    transforms = {}
 
     def context_for(variant):
         if variant.startswith("int8"):
-            if "int8" not in weights:
-                weights["int8"] = Int8Weights(model)
-            return weights["int8"].active("float" if variant == "int8_float_products" else "int8")
+            products = "float" if variant == "int8_float_products" else "int8"
+            if products not in transforms:
+                transforms[products] = Int8Weights(model, products=products)
+            return model.transformed_weights(transforms[products])
         if variant.startswith("bfloat16"):
-            if "bf16" not in weights:
-                weights["bf16"] = BFloat16Weights()
-            return weights["bf16"].active()
+            if "bf16" not in transforms:
+                transforms["bf16"] = BFloat16Weights()
+            return model.transformed_weights(transforms["bf16"])
         return contextlib.nullcontext()
 
     def decoder_for(variant, length):
@@ -474,7 +453,7 @@ def worker_quant(job, threads):
         per_kernel_relative_rms = [r["rms_error"] / float(np.sqrt(np.mean(kernels[r["name"]] ** 2))) for r in report]
         int8 = Int8Weights(model, method=method)
         started = time.perf_counter()
-        with int8.active("int8"):  # the Translator's functions are created and traced inside it
+        with model.transformed_weights(int8):  # the Translator's functions are created and traced inside it
             hyps = translate_all(Translator(model, tokenizer, config.decoding, batch_size=job["bleu_batch"]))
         results[method] = {
             "bleu": round(corpus_bleu(hyps, references).score, 2),

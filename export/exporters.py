@@ -125,11 +125,8 @@ class SavedModelExporter(Exporter):
     def module(self, model, tokenizer, decoding):
         from gnmt_tf.quantization.weights import Int8Weights
 
-        int8 = Int8Weights(model) if self.request.quantize == "int8" else None
-        return ExportableTranslator(
-            model, tokenizer, decoding, int8_weights=int8, int8_products=self.request.int8_products,
-            jit_step=self.request.xla,
-        )
+        int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
+        return ExportableTranslator(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla)
 
     def write(self, translator, directory):
         from export.warmup import translator_warmup_requests, write_warmup_requests

@@ -14,10 +14,10 @@ registered; no Flex (select TF) ops::
 
 Conversion notes:
 
-* The translate function is re-traced inside
-  :func:`gnmt_tf.layers.stack.tflite_compatible_loops`, so the encoder's time loops are
-  built without TensorArrays (which TFLite cannot lower with a dynamic batch);
-  the TensorFlow functions of the module are not touched.
+* The translate function is re-traced with :data:`CONCATENATING_LOOP` as the
+  encoder's time loop, so its time loops are built without TensorArrays (which
+  TFLite cannot lower with a dynamic batch); the TensorFlow functions of the
+  module are not touched.
 * ``allow_custom_ops`` is needed for the tensorflow-text kernels, but it also
   lets ANY op without a TFLite kernel through as a custom op that then fails
   only at load time; :func:`convert_to_tflite` therefore lists the ops of the
@@ -54,6 +54,55 @@ ALLOWED_CUSTOM_OPS = frozenset(
 )
 
 SIGNATURE = "serving_default"
+
+
+class ConcatenatingLoop:
+    """A time loop (:mod:`gnmt_tf.layers.recurrence`) that TFLite converts to builtin ops.
+
+    The same :func:`~gnmt_tf.layers.recurrence.masked_step` at every step as the default
+    TensorArray loop, so the same results. TFLite's converter cannot lower a TensorArray
+    whose element shape is not static (the batch of an exported translator is dynamic)
+    without Flex ops, so this loop reads its inputs with a gather and grows its outputs by
+    concatenation, with shape invariants. Its cost grows with the square of the length
+    (each step copies the outputs so far), which is why it serves export only.
+    CHOICE: the outputs grow batch-major, because TFLite's WHILE fails on a loop variable
+    that starts empty along axis 0, while an empty axis 1 works.
+    """
+
+    def __call__(self, step, inputs_tm, mask_tm, initial_state, output_sizes):
+        import tensorflow as tf
+
+        from gnmt_tf.layers.recurrence import masked_step
+
+        steps, batch = tf.shape(mask_tm)[0], tf.shape(mask_tm)[1]
+        dtype = tf.nest.flatten(inputs_tm)[0].dtype
+        outputs = tf.nest.map_structure(lambda size: tf.zeros(tf.stack([batch, 0, size]), dtype), output_sizes)
+
+        def body(t, state, outputs):
+            inputs_t = tf.nest.map_structure(lambda x: tf.gather(x, t), inputs_tm)
+            step_outputs, state = masked_step(step, inputs_t, state, tf.gather(mask_tm, t))
+            outputs = tf.nest.map_structure(
+                lambda grown, o: tf.concat([grown, tf.expand_dims(o, 1)], axis=1), outputs, step_outputs
+            )
+            return t + 1, state, outputs
+
+        def any_batch(tensor):
+            return tf.TensorShape([None] + tensor.shape.as_list()[1:])
+
+        _, final_state, outputs = tf.while_loop(
+            lambda t, *_: t < steps,
+            body,
+            (tf.constant(0), initial_state, outputs),
+            shape_invariants=(
+                tf.TensorShape([]),
+                tf.nest.map_structure(any_batch, initial_state),
+                tf.nest.map_structure(lambda o: tf.TensorShape([None, None, o.shape[-1]]), outputs),
+            ),
+        )
+        return tf.nest.map_structure(lambda o: tf.transpose(o, [1, 0, 2]), outputs), final_state
+
+
+CONCATENATING_LOOP = ConcatenatingLoop()
 
 
 class TFLiteConversionError(RuntimeError):
@@ -133,16 +182,14 @@ def check_ops(ops: Iterable[str]) -> None:
 
 
 def tflite_translate_function(translator_module):
-    """``translator_module.translate`` re-traced for TFLite (loops without TensorArrays)."""
+    """``translator_module.translate`` re-traced for TFLite (time loops without TensorArrays)."""
     import tensorflow as tf
 
-    from gnmt_tf.layers.stack import tflite_compatible_loops
-
     function = tf.function(
-        translator_module.translate_with_defaults, input_signature=translator_module.translate.input_signature
+        lambda sentences: translator_module.translate_with_defaults(sentences, time_loop=CONCATENATING_LOOP),
+        input_signature=translator_module.translate.input_signature,
     )
-    with tflite_compatible_loops():
-        return function.get_concrete_function()
+    return function.get_concrete_function()
 
 
 def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:

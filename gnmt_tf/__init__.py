@@ -23,6 +23,8 @@ _PUBLIC = {
     "Translator": "gnmt_tf.inference.translator",
     "load_model_dir": "gnmt_tf.model_dir",
     "beam_search": "gnmt_tf.decoding.beam",
+    "Int8Weights": "gnmt_tf.quantization.weights",
+    "QuantizationAwareTraining": "gnmt_tf.quantization.qat",
 }
 
 __all__ = sorted(_PUBLIC) + ["keras", "__version__"]

@@ -5,8 +5,10 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.stack import ResidualLSTMStack, run_over_time
-from numpy_gnmt import cell_weights, lstm_step, run_lstm
+from gnmt_tf.layers.recurrence import masked_step, run_lstm, run_over_time
+from gnmt_tf.layers.stack import ResidualLSTMStack
+from numpy_gnmt import cell_weights, lstm_step
+from numpy_gnmt import run_lstm as reference_lstm
 
 
 def make_cell(units, input_dim, form, forget_bias=0.0, scale=1.0, delta=1.0, seed=0):
@@ -60,15 +62,15 @@ def test_paper_form_has_no_bias_and_standard_form_has_one():
         GNMTLSTMCell(4, form="paper", forget_bias=1.0)
 
 
-def test_run_over_time_matches_stepping_and_ignores_padding():
+def test_run_lstm_matches_stepping_and_ignores_padding():
     cell = make_cell(units=6, input_dim=4, form="paper", scale=1.0, delta=1.0)
     rng = np.random.default_rng(2)
     xs = rng.normal(size=(2, 7, 4)).astype(np.float32)
     lengths = [7, 4]
     mask = np.array([[t < n for t in range(7)] for n in lengths])
-    outputs, final = run_over_time(cell, tf.constant(xs), tf.constant(mask))
+    outputs, final = run_lstm(cell, tf.constant(xs), tf.constant(mask))
     for b, n in enumerate(lengths):
-        ref = run_lstm(xs[b, :n], cell_weights(cell), "paper", 0.0, 1.0)
+        ref = reference_lstm(xs[b, :n], cell_weights(cell), "paper", 0.0, 1.0)
         np.testing.assert_allclose(outputs.numpy()[b, :n], ref, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(outputs.numpy()[b, n:], 0.0)  # padding outputs are zero
         np.testing.assert_allclose(final[1].numpy()[b], ref[-1], rtol=1e-5, atol=1e-5)  # state stops at n
@@ -78,7 +80,7 @@ def stack_reference(stack, xs, delta):
     """Eq. 6 + 10 for layers first_layer.. with residual sums from residual_start up."""
     x = xs
     for k, cell in enumerate(stack.cells):
-        m = run_lstm(x, cell_weights(cell), "paper", 0.0, delta)
+        m = reference_lstm(x, cell_weights(cell), "paper", 0.0, delta)
         layer = stack.first_layer + k
         x = np.clip(m + x, -delta, delta) if layer >= stack.residual_start else m
     return x
@@ -122,8 +124,8 @@ def test_residual_wiring_starts_at_the_third_layer():
         # Recompute the stack, capturing layer k's input and output.
         h = x
         for j, other in enumerate(stack.cells):
-            outputs, _ = run_over_time(other, h, mask)
-            new_h = stack._combine(j, outputs, h)
+            outputs, _ = run_lstm(other, h, mask)
+            new_h = stack.layer_output(j, outputs, h)
             if j == k:
                 layer_in, layer_out = h, new_h
             h = new_h
@@ -150,3 +152,37 @@ def test_residual_width_mismatch_is_a_clear_error():
     stack = ResidualLSTMStack(num_layers=2, units=8, first_layer=2, residual_start=2)
     with pytest.raises(ValueError, match="layer 2 has a residual connection but its input has 5 features"):
         stack.build((None, None, 5))
+
+
+def test_masked_step_zeroes_outputs_and_carries_state_at_padding():
+    """Nests of outputs and states: real rows take the step's values, padded rows output 0 and keep the state."""
+    def step(x_t, state):
+        c, (m,) = state
+        return (x_t * 2.0, x_t + 1.0), (c + x_t, (m - x_t,))
+
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    state = (tf.fill([3, 2], 10.0), (tf.fill([3, 2], 20.0),))
+    (doubled, plus_one), (c, (m,)) = masked_step(step, x, state, tf.constant([True, False, True]))
+    np.testing.assert_array_equal(doubled.numpy(), [[2, 4], [0, 0], [10, 12]])
+    np.testing.assert_array_equal(plus_one.numpy(), [[2, 3], [0, 0], [6, 7]])
+    np.testing.assert_array_equal(c.numpy(), [[11, 12], [10, 10], [15, 16]])
+    np.testing.assert_array_equal(m.numpy(), [[19, 18], [20, 20], [15, 14]])
+
+
+def test_run_over_time_runs_any_step_over_nests_of_sequences():
+    """A running sum with two outputs of different widths; padding leaves the sum and outputs 0."""
+    def step(inputs_t, total):
+        a_t, b_t = inputs_t
+        total = total + a_t
+        return (total, tf.concat([b_t, b_t], axis=-1)), total
+
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    b = rng.normal(size=(2, 5, 1)).astype(np.float32)
+    mask = np.arange(5)[None, :] < np.array([[5], [3]])
+    (totals, doubled), final = run_over_time(step, (tf.constant(a), tf.constant(b)), tf.constant(mask),
+                                             tf.zeros([2, 3]), (3, 2))
+    expected = np.cumsum(np.where(mask[:, :, None], a, 0.0), axis=1) * mask[:, :, None]
+    np.testing.assert_allclose(totals.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(doubled.numpy(), np.concatenate([b, b], -1) * mask[:, :, None], rtol=1e-6)
+    np.testing.assert_allclose(final.numpy(), [a[0].sum(0), a[1, :3].sum(0)], rtol=1e-5)

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from export.tflite import (
+    CONCATENATING_LOOP,
     ALLOWED_CUSTOM_OPS,
     TFLiteConversionError,
     check_ops,
@@ -17,7 +18,7 @@ from gnmt_tf.inference.module import ExportableTranslator
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.layers.stack import run_over_time, tflite_compatible_loops
+from gnmt_tf.layers.recurrence import run_lstm
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import EOS_ID
 
@@ -106,21 +107,33 @@ def test_tflite_translations_are_identical_to_tensorflow(exported):
 
 
 def test_tflite_loops_compute_exactly_what_keras_rnn_computes():
-    """The TensorArray-free loop used for export is the training loop's math, bit for bit."""
+    """The TensorArray-free time loop used for export is the training loop's math, bit for bit,
+    and both are what ``keras.backend.rnn`` computes with the cell's step (an independent loop)."""
     cell = GNMTLSTMCell(8, init_scale=0.5)
     cell.build((None, 5))
     rng = np.random.default_rng(3)
     inputs = tf.constant(rng.normal(size=(3, 6, 5)).astype(np.float32))
     mask = tf.constant(np.arange(6)[None, :] < np.array([[6], [2], [4]]))
 
+    def run(loop):
+        @tf.function
+        def traced(inputs, mask):
+            outputs, (c, m) = run_lstm(cell, inputs, mask, loop=loop)
+            return outputs, c, m
+        return traced(inputs, mask)
+
     @tf.function
-    def run(inputs, mask):
-        outputs, (c, m) = run_over_time(cell, inputs, mask)
+    def keras_rnn(inputs, mask):
+        def step(x_t, states):
+            output, state = cell.recur(x_t, tuple(states))
+            return output, list(state)
+        initial = cell.get_initial_state(batch_size=3, dtype=tf.float32)
+        _, outputs, (c, m) = keras.backend.rnn(step, cell.project_inputs(inputs), list(initial), mask=mask,
+                                               zero_output_for_mask=True)
         return outputs, c, m
 
-    keras_path = run.get_concrete_function(inputs, mask)(inputs, mask)
-    with tflite_compatible_loops():
-        export_path = tf.function(run.python_function).get_concrete_function(inputs, mask)(inputs, mask)
-    for a, b in zip(keras_path, export_path):
+    training_path, export_path, reference = run(None), run(CONCATENATING_LOOP), keras_rnn(inputs, mask)
+    for a, b, r in zip(training_path, export_path, reference):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.numpy(), r.numpy())
     assert np.all(export_path[0].numpy()[1, 2:] == 0)  # padding outputs are zero

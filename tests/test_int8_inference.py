@@ -1,4 +1,4 @@
-"""Int8Weights: the model computes with eq. 12 weights inside ``active()``, and only there."""
+"""Int8Weights: the model computes with eq. 12 weights inside ``model.transformed_weights(int8)``, and only there."""
 
 import numpy as np
 import pytest
@@ -31,10 +31,9 @@ def forward_logits(model, source, target):
 def test_float_products_equal_a_model_with_numpy_fake_quantized_weights(model, rng):
     source = random_ids(rng, 3, 7, model.model_config.vocab_size)
     target = random_ids(rng, 3, 5, model.model_config.vocab_size)
-    int8 = Int8Weights(model)
-    with int8.active("float"):
+    with model.transformed_weights(Int8Weights(model, products="float")):
         quantized = forward_logits(model, source, target)
-    float_logits = forward_logits(model, source, target)  # the context is gone again
+    float_logits = forward_logits(model, source, target)  # the scope is left again
 
     # Independent reference: a clone whose weights are replaced by NumPy's eq. 12 round trip.
     reference = GNMT(tiny_model_config(init_scale=0.5))
@@ -57,10 +56,9 @@ def test_float_products_equal_a_model_with_numpy_fake_quantized_weights(model, r
 def test_int8_products_differ_from_float_products_only_by_activation_rounding(model, rng):
     source = random_ids(rng, 2, 6, model.model_config.vocab_size)
     target = random_ids(rng, 2, 4, model.model_config.vocab_size)
-    int8 = Int8Weights(model)
-    with int8.active("float"):
+    with model.transformed_weights(Int8Weights(model, products="float")):
         dequantized = forward_logits(model, source, target)
-    with int8.active("int8"):
+    with model.transformed_weights(Int8Weights(model, products="int8")):
         integer = forward_logits(model, source, target)
     difference = np.abs(integer - dequantized)
     assert 0 < difference.max() < 0.05 * np.abs(dequantized).max()
@@ -69,22 +67,44 @@ def test_int8_products_differ_from_float_products_only_by_activation_rounding(mo
 def test_graphs_traced_inside_the_context_capture_only_int8_weights(model):
     int8 = Int8Weights(model)
     source = tf.constant([[5, 6, 2]])
-    with int8.active("int8"):
+    with model.transformed_weights(int8):
         concrete = tf.function(lambda s: model.encode(s).values).get_concrete_function(source)
     captured = {v.ref() for v in concrete.variables}
     replaced = [v for v in model.variables if int8.replaces(v)]
     assert replaced and not any(v.ref() in captured for v in replaced)
     assert any(v.dtype == tf.int8 for v in concrete.variables)
-    kept = set(v.ref() for v in int8.kept_float_variables(model))
+    kept = set(v.ref() for v in int8.kept_float_variables())
     assert all(v.ref() in kept or v.dtype == tf.int8 or any(v is w for w in int8.variables_int8)
                for v in concrete.variables)
 
 
-def test_size_and_bad_arguments(model):
-    sizes = Int8Weights(model).size_bytes(model)
-    assert sizes["int8_bytes"] < sizes["float32_bytes"] / 2
+def test_size_counts_int8_codes_scales_and_the_float_weights_kept(model):
+    """The one size counter: 1 byte per quantized value, 4 per scale (and offset), 4 per float value."""
+    from gnmt_tf.quantization.int8 import quantized_kernel_variables
+
+    def count(variables):
+        return sum(int(np.prod(v.shape)) for v in variables)
+
+    kernels = quantized_kernel_variables(model)
+    tables = [model.source_embedding.embeddings, model.target_embedding.embeddings]
+    others = [v for v in model.variables if not any(v is w for w in kernels + tables)]
+    units = sum(int(k.shape[1]) for k in kernels)  # one scale per output unit (eq. 12)
+    tokens = sum(int(t.shape[0]) for t in tables)  # one scale per token row
+    float32 = 4 * count(model.variables)
+    per_row = count(kernels) + 4 * units + count(tables) + 4 * tokens + 4 * count(others)
+    assert Int8Weights(model).size_bytes() == {"float32_bytes": float32, "int8_bytes": per_row}
+    # Marian's rule stores an offset per output unit as well.
+    marian = Int8Weights(model, method="per_column_7sigma").size_bytes()
+    assert marian == {"float32_bytes": float32, "int8_bytes": per_row + 4 * units}
+    assert per_row < float32 / 2
+
+
+def test_bad_arguments_and_one_transform_at_a_time(model):
     with pytest.raises(ValueError, match="method must be one of"):
         Int8Weights(model, method="per_tensor")
     with pytest.raises(ValueError, match="products must be one of"):
-        with Int8Weights(model).active("int4"):
-            pass
+        Int8Weights(model, products="int4")
+    with model.transformed_weights(Int8Weights(model)):
+        with pytest.raises(ValueError, match="already computes with Int8Weights"):
+            with model.transformed_weights(Int8Weights(model, products="float")):
+                pass

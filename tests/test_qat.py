@@ -13,6 +13,7 @@ import tensorflow as tf
 from gnmt_tf import model_dir as layout
 from gnmt_tf.quantization import qat
 from gnmt_tf.quantization import int8 as quantization
+from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.data import make_dataset, read_tsv
 from gnmt_tf.training.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
@@ -120,64 +121,60 @@ def test_quantize_config_implements_tfmot_interface(rng):
     assert config.get_config() == {}
     config.set_quantize_activations(cell, [])
 
-    # tfmot's wrapper contract: the cell's products then use the tensors handed over.
+    # tfmot's QuantizeWrapper hand-over does not apply: the cells read kernels through the model's transform.
     replacement = [tf.constant(rng.normal(size=w.shape).astype(np.float32)) for w, _ in pairs]
-    config.set_quantize_weights(cell, replacement)
-    x = tf.constant(rng.normal(size=(2, cell.kernel.shape[0])).astype(np.float32))
-    try:
-        np.testing.assert_allclose(cell.project_inputs(x).numpy(), (x @ replacement[0]).numpy(), rtol=1e-6)
-    finally:
-        cell.kernel_quantizer = None
-    with pytest.raises(ValueError, match="expected 2"):
-        config.set_quantize_weights(cell, replacement[:1])
+    with pytest.raises(TypeError, match="transformed_weights"):
+        config.set_quantize_weights(cell, replacement)
     with pytest.raises(TypeError, match="GNMTLSTMCell"):
         config.get_weights_and_quantizers(model.decoder.softmax_projection)
 
 
-# ------------------------------------------------------------------------------ the hooks
+# ------------------------------------------------------------------------------ the transform
 def test_qat_model_computes_with_eq12_kernels_in_every_cell(rng):
     model = _tiny_model()
     _move_away_from_rounding_ties(model, rng)
     inputs, _ = _batch(rng)
     float_logits = model(inputs).numpy()
     expected = _with_fake_quantized_kernels(model)(inputs).numpy()
+    # Each cell, each of its two products, computed in float with eq. 12's kernels.
+    probes = []
+    for cell in qat.lstm_cells(model):
+        x = tf.constant(rng.normal(size=(3, cell.kernel.shape[0])).astype(np.float32))
+        m = tf.constant(rng.normal(size=(3, cell.units)).astype(np.float32))
+        projected = tf.zeros((3, 4 * cell.units))
+        probes.append((cell, x, m, projected, (x @ quantization.fake_quantize(cell.kernel)).numpy(),
+                       _recur_with_fake_quantized_kernel(cell, projected, m)))
 
-    with qat.enable_quantization_aware_training(model) as handle:
-        assert len(handle.cells) == 7  # tiny: 2 bi-directional + 2 encoder + 3 decoder cells
-        for cell in handle.cells:  # each cell, each of its two products
-            x = tf.constant(rng.normal(size=(3, cell.kernel.shape[0])).astype(np.float32))
-            m = tf.constant(rng.normal(size=(3, cell.units)).astype(np.float32))
-            np.testing.assert_allclose(
-                cell.project_inputs(x).numpy(), (x @ quantization.fake_quantize(cell.kernel)).numpy(), atol=1e-5
-            )
-            projected = tf.zeros((3, 4 * cell.units))
+    handle = qat.QuantizationAwareTraining(model)
+    assert len(handle.cells) == 7  # tiny: 2 bi-directional + 2 encoder + 3 decoder cells
+    with model.transformed_weights(handle):
+        for cell, x, m, projected, expected_projection, expected_c in probes:
+            np.testing.assert_allclose(cell.project_inputs(x).numpy(), expected_projection, atol=1e-5)
             _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m))
-            _, (c_expected, _) = _recur_float(cell, projected, m)
-            np.testing.assert_allclose(c.numpy(), c_expected.numpy(), atol=1e-5)
+            np.testing.assert_allclose(c.numpy(), expected_c, atol=1e-5)
         logits = model(inputs).numpy()
         traced = tf.function(lambda source, target: model((source, target)))(*inputs).numpy()
-        with pytest.raises(ValueError, match="already"):
-            qat.enable_quantization_aware_training(model)
+        with pytest.raises(ValueError, match="already computes with QuantizationAwareTraining"):
+            with model.transformed_weights(qat.QuantizationAwareTraining(model)):
+                pass
 
     rounding_effect = np.abs(expected - float_logits).max()
     assert rounding_effect > 1e-3  # the int8 rounding really changes the output ...
     # ... and the QAT model has all of it: every cell, both kernels (float32 noise aside).
     np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-3 * rounding_effect)
     np.testing.assert_allclose(traced, expected, rtol=0, atol=1e-3 * rounding_effect)
-    assert all(cell.kernel_quantizer is None for cell in qat.lstm_cells(model))
-    np.testing.assert_array_equal(model(inputs).numpy(), float_logits)  # removed: float again
+    np.testing.assert_array_equal(model(inputs).numpy(), float_logits)  # outside the scope: float again
 
 
-def _recur_float(cell, projected, m):
-    """``cell.recur`` with the recurrent kernel replaced by its eq. 12 fake quantization, without hooks."""
-    saved, hook = cell.recurrent_kernel.numpy(), cell.kernel_quantizer
-    cell.kernel_quantizer = None
+def _recur_with_fake_quantized_kernel(cell, projected, m):
+    """The new cell state of ``cell.recur`` in float, its recurrent kernel replaced by eq. 12's fake quantization."""
+    saved = cell.recurrent_kernel.numpy()
     cell.recurrent_kernel.assign(quantization.fake_quantize(saved))
     try:
-        return cell.recur(projected, (tf.zeros_like(m), m))
+        _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m))
+        return c.numpy()
     finally:
         cell.recurrent_kernel.assign(saved)
-        cell.kernel_quantizer = hook
 
 
 def test_gradient_passes_straight_through_to_the_float_kernels(rng):
@@ -189,7 +186,7 @@ def test_gradient_passes_straight_through_to_the_float_kernels(rng):
         reference_loss = _loss(reference, inputs, targets)
     expected = tape.gradient(reference_loss, reference.trainable_variables)
 
-    with qat.enable_quantization_aware_training(model):
+    with model.transformed_weights(qat.QuantizationAwareTraining(model)):
         with tf.GradientTape() as tape:
             loss = _loss(model, inputs, targets)
         gradients = tape.gradient(loss, model.trainable_variables)
@@ -210,8 +207,9 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
     names = [w.name for w in model.weights]
     trainable = [w.name for w in model.trainable_weights]
     inputs, _ = _batch(rng)
-    handle = qat.enable_quantization_aware_training(model)
-    model(inputs)  # the quantizers assign their ranges
+    handle = qat.QuantizationAwareTraining(model)
+    with model.transformed_weights(handle):
+        model(inputs)  # the quantizers assign their ranges
     holder_variables = handle.quantizer_variables.weights
     assert len(holder_variables) == 2 * 2 * 7  # min and max, per kernel, 2 kernels x 7 cells
     assert not any(v.trainable for v in holder_variables)
@@ -229,7 +227,6 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
     tf.train.Checkpoint(model=plain).restore(path).assert_consumed()  # nothing extra in the checkpoint
     for saved, restored in zip(model.get_weights(), plain.get_weights()):
         np.testing.assert_array_equal(saved, restored)
-    handle.remove()
 
 
 def test_importing_qat_does_not_import_tfmot():
@@ -308,8 +305,8 @@ def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
 def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
     """What QAT is for: the int8 model after the fine-tune is better than before it.
 
-    Measured on the fixture's test pairs with quantization.simulated_int8_weights (eq. 12
-    on every LSTM kernel and the softmax). This tiny model is robust to 8-bit weights
+    Measured on the fixture's test pairs with FakeQuantizedWeights (eq. 12 on every LSTM
+    kernel and the softmax). This tiny model is robust to 8-bit weights
     (int8 and float losses agree to ~1%), so the test demands what a working fine-tune
     must give: a lower int8 loss than the starting model's, and no higher than the
     starting model's FLOAT loss, i.e. the int8 export of the QAT model loses nothing
@@ -331,7 +328,8 @@ def _float_and_int8_loss(model_dir, pairs):
                         shuffle_buffer=1, seed=0, training=False)
     model.compile(loss=SequenceCrossEntropy())
     float_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
-    with quantization.simulated_int8_weights(model):
+    with model.transformed_weights(FakeQuantizedWeights(model)):
+        model.make_test_function(force=True)  # Keras keeps the float one; trace it again in the scope
         int8_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
     return float_loss, int8_loss
 

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.quantization import int8 as Q
+from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.config import load_config
 from gnmt_tf.models.gnmt import GNMT
 
@@ -247,7 +248,7 @@ def tiny_model():
 KERNEL_SUFFIXES = ("/kernel:0", "/recurrent_kernel:0")
 
 
-def test_quantize_model_weights_touches_only_lstm_and_softmax_kernels(tiny_model):
+def test_fake_quantized_weights_touch_only_lstm_and_softmax_kernels(tiny_model):
     model = tiny_model
     before = model.get_weights()
     names = [w.name for w in model.weights]
@@ -257,13 +258,14 @@ def test_quantize_model_weights_touches_only_lstm_and_softmax_kernels(tiny_model
     assert len(lstm) == 2 * (2 + 2 + 3)  # encoder: fwd, bwd, 2 upper; decoder: 3 layers
     assert not any("attention" in n or "embedding" in n for n in quantized)
     for method in ("per_row", "per_column_7sigma"):
-        new = Q.quantize_model_weights(model, method)
-        assert len(new) == len(before)
-        for name, old, value in zip(names, before, new):
-            assert value.shape == old.shape and value.dtype == old.dtype
+        transform = FakeQuantizedWeights(model, method)
+        for name, old, variable in zip(names, before, model.weights):
+            replacement = transform.kernel(variable)
             if name not in quantized:  # attention, embeddings, softmax bias, delta
-                np.testing.assert_array_equal(value, old)
+                assert replacement is None, name
                 continue
+            value = replacement.numpy()
+            assert value.shape == old.shape and value.dtype == old.dtype
             q, *rest = Q.quantize(old, method)
             error = np.abs(value - old)
             if method == "per_row":
@@ -286,7 +288,7 @@ def test_simulated_int8_logits_change_little(tiny_model, rng):
     base = model((source, target)).numpy()
     changes = {}
     for method in ("per_row", "per_column_7sigma"):
-        with Q.simulated_int8_weights(model, method):
+        with model.transformed_weights(FakeQuantizedWeights(model, method)):
             changes[method] = np.abs(model((source, target)).numpy() - base).max()
     # Every quantized weight moves by at most 1/254 (0.4%) of its unit's max |W|, so to first
     # order the logits move by a similar fraction of their scale; allow 1% of the largest logit
@@ -296,22 +298,6 @@ def test_simulated_int8_logits_change_little(tiny_model, rng):
     assert 0 < changes["per_column_7sigma"] < 0.01 * scale
     # eq. 12 is the finer grid on uniform weights (see the 7-sigma range test).
     assert changes["per_row"] < changes["per_column_7sigma"]
-    for old, now in zip(before, model.get_weights()):  # restored on exit
+    np.testing.assert_array_equal(model((source, target)).numpy(), base)  # float again outside the scope
+    for old, now in zip(before, model.get_weights()):  # the weights themselves never changed
         np.testing.assert_array_equal(old, now)
-
-
-def test_model_size_bytes(tiny_model):
-    model = tiny_model
-    sizes = Q.model_size_bytes(model, "per_row")
-    kernels = Q.quantized_kernel_variables(model)
-    total = sum(int(np.prod(w.shape)) for w in model.weights)
-    assert sizes["float32_bytes"] == 4 * total
-    n_quantized = sum(int(np.prod(v.shape)) for v in kernels)
-    scales = sum(int(v.shape[1]) for v in kernels)
-    assert sizes["quantized_parameters"] == n_quantized
-    assert sizes["float_parameters"] == total - n_quantized
-    assert sizes["int8_bytes"] == n_quantized + 4 * scales + 4 * (total - n_quantized)
-    with_offsets = Q.model_size_bytes(model, "per_column_7sigma")["int8_bytes"]
-    assert with_offsets == sizes["int8_bytes"] + 4 * scales
-    assert Q.model_size_bytes(model, None) == {"float32_bytes": 4 * total}
-    assert Q.quantized_kernel_bytes((1024, 4096)) == 1024 * 4096 + 4 * 4096

@@ -20,7 +20,8 @@ The beam width and n_best are fixed when the module is built (they set tensor
 shapes); alpha, beta and beamsize are inputs.
 
 With ``int8_weights`` (:class:`gnmt_tf.quantization.weights.Int8Weights`) the
-functions compute with eq. 12's int8 weights and the module tracks only those
+functions compute with eq. 12's int8 weights (traced inside
+``model.transformed_weights(int8_weights)``) and the module tracks only those
 plus the weights kept in float, so a SavedModel of it stores int8. With
 ``jit_step`` each decoding step (the LSTM layers, attention and softmax,
 not the tokenizer) is compiled with XLA; a TF Serving binary then needs XLA
@@ -29,7 +30,6 @@ on CPU enabled (``--xla_cpu_compilation_enabled``).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import tensorflow as tf
@@ -54,8 +54,7 @@ class ExportableTranslator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
-                 int8_weights: Optional[Int8Weights] = None, int8_products: str = "int8", jit_step: bool = False,
-                 name: Optional[str] = None):
+                 int8_weights: Optional[Int8Weights] = None, jit_step: bool = False, name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
         # run Keras' own (legacy) model serialization, which the functions below do not need.
@@ -63,9 +62,8 @@ class ExportableTranslator(tf.Module):
         if int8_weights is None:
             self.model_variables = list(model.variables)
         else:  # the float weights that int8 replaces are neither used nor saved
-            self.model_variables = int8_weights.kept_float_variables(model)
+            self.model_variables = int8_weights.kept_float_variables()
         self.int8_weights = int8_weights
-        self.int8_products = int8_products
         self.jit_step = jit_step
         self.tokenizer = tokenizer
         self.beam_width = decoding.beam_width
@@ -99,10 +97,11 @@ class ExportableTranslator(tf.Module):
         ids = tf.gather(values, index)
         return tf.where(tf.equal(position, lengths), tf.constant(EOS_ID, tf.int32), ids)
 
-    def search(self, sentences, alpha, beta, beamsize, n_best, return_attention):
+    def search(self, sentences, alpha, beta, beamsize, n_best, return_attention, time_loop=None):
+        """``time_loop``: how the encoder iterates time (:mod:`gnmt_tf.layers.recurrence`; TFLite passes its own)."""
         source_ids = self.source_ids(sentences)
-        with self.int8_weights.active(self.int8_products) if self.int8_weights is not None else contextlib.nullcontext():
-            memory = self.model.encode(source_ids, training=False)
+        with self.model.transformed_weights(self.int8_weights):
+            memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
             step = tf.function(self.model.step, jit_compile=True) if self.jit_step else self.model.step
             output = beam_search(
                 step, self.model.initial_state(memory), memory.mask, self.beam_width,
@@ -116,8 +115,10 @@ class ExportableTranslator(tf.Module):
         texts = self.tokenizer.detokenize(tf.reshape(ids, [batch * n, length]))
         return tf.reshape(texts, [batch, n])
 
-    def _translate_with_options(self, sentences, alpha, beta, beamsize):
-        source_ids, output = self.search(sentences, alpha, beta, beamsize, n_best=1, return_attention=False)
+    def _translate_with_options(self, sentences, alpha, beta, beamsize, time_loop=None):
+        source_ids, output = self.search(
+            sentences, alpha, beta, beamsize, n_best=1, return_attention=False, time_loop=time_loop
+        )
         # An empty sentence (no wordpieces: its source is a lone EOS, text never gives EOS) translates
         # to "" rather than to whatever follows a lone EOS. Its ids are blanked before detokenizing
         # (all PAD detokenizes to "") because TFLite's select has no string kernel.
@@ -140,9 +141,9 @@ class ExportableTranslator(tf.Module):
         # graph then holds the search once for both signatures.
         return self.translate_with_options(sentences, *self._default_options())
 
-    def translate_with_defaults(self, sentences):
+    def translate_with_defaults(self, sentences, time_loop=None):
         """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite)."""
-        return self._translate_with_options(sentences, *self._default_options())
+        return self._translate_with_options(sentences, *self._default_options(), time_loop=time_loop)
 
     def _translate_nbest(self, sentences, alpha, beta, beamsize):
         source_ids, output = self.search(sentences, alpha, beta, beamsize, n_best=self.n_best, return_attention=True)

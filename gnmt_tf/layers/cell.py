@@ -17,12 +17,12 @@ anneal it from 8 to 1 and inference fixes it at 1.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.quantization.weights import kernel_product
+from gnmt_tf.layers.weights import WeightReader
 
 
 def uniform_initializer(scale: float) -> keras.initializers.Initializer:
@@ -64,6 +64,7 @@ class GNMTLSTMCell(keras.layers.Layer):
         init_scale: float = 0.04,
         clip_delta: Optional[tf.Variable] = None,
         initial_delta: float = 1.0,
+        weight_reader: Optional[WeightReader] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -80,9 +81,9 @@ class GNMTLSTMCell(keras.layers.Layer):
         self.output_size = units
         # A shared delta is passed in by the model; a standalone cell owns one.
         self._shared_delta = clip_delta
-        # Quantization-aware training (gnmt_tf.quantization.qat) sets this to a function that fake-quantizes a
-        # kernel (eq. 12 per output unit); every product then sees the int8 rounding error.
-        self.kernel_quantizer: Optional[Callable[[tf.Variable], tf.Tensor]] = None
+        # Both products read their kernel through the model's reader: float, fake-quantized
+        # (quantization-aware training) or int8 (section 6), as the model's scope says.
+        self.weight_reader = weight_reader or WeightReader()
 
     def build(self, input_shape):
         input_dim = int(input_shape[-1])
@@ -106,15 +107,9 @@ class GNMTLSTMCell(keras.layers.Layer):
     def clip_delta(self) -> tf.Variable:
         return self._shared_delta
 
-    def _product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
-        """``x @ kernel``: fake-quantized under QAT, int8 under :class:`gnmt_tf.quantization.weights.Int8Weights`."""
-        if self.kernel_quantizer is not None:
-            return kernel_product(x, self.kernel_quantizer(kernel))
-        return kernel_product(x, kernel)
-
     def project_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
         """``W_1 x, W_3 x, W_5 x, W_7 x`` stacked on the last axis (plus the bias)."""
-        projected = self._product(inputs, self.kernel)  # [batch, time, features]: one product for all steps
+        projected = self.weight_reader.product(inputs, self.kernel)  # [batch, time, features]: one product for all steps
         if self.bias is not None:
             projected = projected + self.bias
         return projected
@@ -122,7 +117,7 @@ class GNMTLSTMCell(keras.layers.Layer):
     def recur(self, projected_inputs: tf.Tensor, state: Tuple[tf.Tensor, tf.Tensor]):
         """One step of eq. 11 given ``project_inputs(x_t)``; returns ``(m_t, (c_t, m_t))``."""
         c_prev, m_prev = state
-        z = projected_inputs + self._product(m_prev, self.recurrent_kernel)
+        z = projected_inputs + self.weight_reader.product(m_prev, self.recurrent_kernel)
         z_i, z_j, z_f, z_o = tf.split(z, 4, axis=-1)
         input_gate = tf.sigmoid(z_i)
         candidate = tf.tanh(z_j)

@@ -1,34 +1,23 @@
-"""Running LSTM cells over time, and the residual LSTM stack (eq. 6 and 10).
+"""The residual LSTM stack (eq. 6 and 10), and building sublayers in place.
 
-``run_over_time`` is the one time loop for whole sequences (training,
-encoding); ``ResidualLSTMStack.step`` is the one-step path that decoding
-uses. Both call the same :class:`~gnmt_tf.layers.cell.GNMTLSTMCell` math.
-
-``run_over_time`` has two implementations of the same loop, with identical
-results (the same ops on the same values at every step):
-
-* the default, ``keras.backend.rnn``: TensorArrays, fast, and what training
-  differentiates through;
-* inside :func:`tflite_compatible_loops`, a ``tf.while_loop`` without
-  TensorArrays that grows its outputs by concatenation. TFLite's converter
-  cannot lower a TensorArray whose element shape is not static (the batch of
-  an exported translator is dynamic) without Flex ops, but it converts this
-  loop to builtin ops. Its cost grows with the square of the length (each
-  step copies the outputs so far), so it is used only for export tracing.
+``ResidualLSTMStack.call`` runs whole sequences (training, encoding) through
+:func:`gnmt_tf.layers.recurrence.run_lstm`; ``ResidualLSTMStack.step`` is the
+one-step path that decoding uses. Both use the same cell math and the same
+:meth:`~ResidualLSTMStack.layer_input` / :meth:`~ResidualLSTMStack.layer_output`,
+which the model-parallel wavefront (section 3.3) calls too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell, clip
-
-LSTMState = Tuple[tf.Tensor, tf.Tensor]
+from gnmt_tf.layers.recurrence import LSTMState, run_lstm
+from gnmt_tf.layers.weights import WeightReader
 
 
 def placement_scope(layer: keras.layers.Layer):
@@ -46,92 +35,6 @@ def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:
     if not layer.built:
         with tf.name_scope(layer.name), placement_scope(layer):
             layer.build(tf.TensorShape(input_shape))
-
-
-_LOOP_MODE = threading.local()
-
-
-@contextlib.contextmanager
-def tflite_compatible_loops() -> Iterator[None]:
-    """Functions traced inside this context run sequences without TensorArrays (for TFLite).
-
-    The choice is made when a graph is traced, so trace (``get_concrete_function``) inside it.
-    """
-    previous = getattr(_LOOP_MODE, "tflite", False)
-    _LOOP_MODE.tflite = True
-    try:
-        yield
-    finally:
-        _LOOP_MODE.tflite = previous
-
-
-def using_tflite_compatible_loops() -> bool:
-    return getattr(_LOOP_MODE, "tflite", False)
-
-
-def _loop_without_tensor_arrays(
-    cell: GNMTLSTMCell, projected: tf.Tensor, mask: tf.Tensor, initial_state: LSTMState
-) -> Tuple[tf.Tensor, LSTMState]:
-    """``keras.backend.rnn`` with ``zero_output_for_mask=True``, written with TFLite builtins only.
-
-    Same math as keras: at a masked step the output is 0 and the state is carried unchanged.
-    The inputs are read time-major; the outputs grow batch-major by one step per iteration (a
-    concat with a shape invariant). CHOICE: batch-major because TFLite's WHILE fails on a loop
-    variable that starts empty along axis 0, while an empty axis 1 works.
-    """
-    projected_tm = tf.transpose(projected, [1, 0, 2])  # [time, batch, 4 units]
-    mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])  # [time, batch]
-    steps = tf.shape(projected_tm)[0]
-    c0, m0 = initial_state
-    outputs = tf.zeros(tf.stack([tf.shape(projected)[0], 0, cell.units]), dtype=projected.dtype)
-
-    def body(t, c, m, outputs):
-        output, (new_c, new_m) = cell.recur(tf.gather(projected_tm, t), (c, m))
-        mask_t = tf.expand_dims(tf.gather(mask_tm, t), 1)  # [batch, 1]
-        output = tf.where(mask_t, output, tf.zeros_like(output))
-        c = tf.where(mask_t, new_c, c)
-        m = tf.where(mask_t, new_m, m)
-        outputs = tf.concat([outputs, tf.expand_dims(output, 1)], axis=1)
-        return t + 1, c, m, outputs
-
-    units = tf.TensorShape([None, cell.units])
-    _, c, m, outputs = tf.while_loop(
-        lambda t, *_: t < steps,
-        body,
-        (tf.constant(0), c0, m0, outputs),
-        shape_invariants=(tf.TensorShape([]), units, units, tf.TensorShape([None, None, cell.units])),
-    )
-    return outputs, (c, m)
-
-
-def run_over_time(
-    cell: GNMTLSTMCell,
-    inputs: tf.Tensor,
-    mask: tf.Tensor,
-    initial_state: Optional[LSTMState] = None,
-) -> Tuple[tf.Tensor, LSTMState]:
-    """Run ``cell`` over ``inputs`` [batch, time, features].
-
-    The input product of every step is computed up front in one matmul. At
-    masked (padding) steps the state is carried through unchanged and the
-    output is zero, so padding cannot change any real position.
-    Returns (outputs [batch, time, units], final state). Inside
-    :func:`tflite_compatible_loops` the loop is built without TensorArrays.
-    """
-    projected = cell.project_inputs(inputs)
-    if initial_state is None:
-        initial_state = cell.get_initial_state(batch_size=tf.shape(inputs)[0], dtype=inputs.dtype)
-    if using_tflite_compatible_loops():
-        return _loop_without_tensor_arrays(cell, projected, mask, tuple(initial_state))
-
-    def step(projected_t, states):
-        output, new_state = cell.recur(projected_t, tuple(states))
-        return output, list(new_state)
-
-    _, outputs, final_state = keras.backend.rnn(
-        step, projected, list(initial_state), mask=mask, zero_output_for_mask=True
-    )
-    return outputs, tuple(final_state)
 
 
 @keras.saving.register_keras_serializable(package="gnmt_tf")
@@ -160,6 +63,7 @@ class ResidualLSTMStack(keras.layers.Layer):
         init_scale: float = 0.04,
         clip_delta: Optional[tf.Variable] = None,
         initial_delta: float = 1.0,
+        weight_reader: Optional[WeightReader] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -182,6 +86,7 @@ class ResidualLSTMStack(keras.layers.Layer):
                 init_scale=init_scale,
                 clip_delta=clip_delta,
                 initial_delta=initial_delta,
+                weight_reader=weight_reader,
                 name=f"lstm_{first_layer + k}",
             )
             for k in range(num_layers)
@@ -213,14 +118,18 @@ class ResidualLSTMStack(keras.layers.Layer):
     def clip_delta(self) -> tf.Variable:
         return self._shared_delta
 
-    def _combine(self, k: int, layer_output: tf.Tensor, layer_input: tf.Tensor) -> tf.Tensor:
+    def layer_output(self, k: int, layer_output: tf.Tensor, layer_input: tf.Tensor) -> tf.Tensor:
+        """x^i of layer ``k``: the clipped residual sum from ``residual_start`` up (eq. 6, 10), else m^i."""
         if self.has_residual(k):
             return clip(layer_output + layer_input, self._shared_delta)  # eq. 10
         return layer_output
 
-    def _cell_input(self, k: int, x: tf.Tensor, context: Optional[tf.Tensor], training) -> tf.Tensor:
+    def layer_input(self, k: int, x: tf.Tensor, context: Optional[tf.Tensor] = None, training=None) -> tf.Tensor:
+        """What layer ``k`` reads: x^(i-1), the attention context concatenated (decoder), dropout applied."""
         if context is not None:
             x = tf.concat([x, context], axis=-1)
+        if training is False:  # decoding steps: no dropout op in the graph
+            return x
         return self.dropouts[k](x, training=training)
 
     def call(
@@ -229,12 +138,16 @@ class ResidualLSTMStack(keras.layers.Layer):
         mask: tf.Tensor,
         context: Optional[tf.Tensor] = None,
         training=None,
+        time_loop=None,
     ) -> tf.Tensor:
-        """Whole sequences: ``inputs`` [batch, time, features] -> top output x^N."""
+        """Whole sequences: ``inputs`` [batch, time, features] -> top output x^N.
+
+        ``time_loop``: how the time steps are iterated (:mod:`gnmt_tf.layers.recurrence`).
+        """
         x = inputs
         for k, cell in enumerate(self.cells):
-            outputs, _ = run_over_time(cell, self._cell_input(k, x, context, training), mask)
-            x = self._combine(k, outputs, x)
+            outputs, _ = run_lstm(cell, self.layer_input(k, x, context, training), mask, loop=time_loop)
+            x = self.layer_output(k, outputs, x)
         return x
 
     def step(
@@ -247,10 +160,9 @@ class ResidualLSTMStack(keras.layers.Layer):
         x = inputs
         new_states = []
         for k, cell in enumerate(self.cells):
-            layer_input = x if context is None else tf.concat([x, context], axis=-1)
-            output, state = cell.recur(cell.project_inputs(layer_input), states[k])
+            output, state = cell.recur(cell.project_inputs(self.layer_input(k, x, context, training=False)), states[k])
             new_states.append(state)
-            x = self._combine(k, output, x)
+            x = self.layer_output(k, output, x)
         return x, tuple(new_states)
 
     def get_initial_state(self, batch_size, dtype=tf.float32) -> Tuple[LSTMState, ...]:

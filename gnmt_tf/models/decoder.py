@@ -13,7 +13,9 @@ Two paths share all of this math:
 * :meth:`GNMTDecoder.call`: teacher forcing over whole target sequences.
   Without input feeding, nothing in the bottom layer depends on attention,
   so the bottom layer runs over the whole sequence, then attention for all
-  positions at once, then each upper layer.
+  positions at once, then each upper layer. With input feeding, the bottom
+  layer and the attention run together, one :meth:`GNMTDecoder.feed_bottom_step`
+  per time step.
 * :meth:`GNMTDecoder.step`: one token per sentence, for beam search and sampling.
 """
 
@@ -27,8 +29,15 @@ import tf_keras as keras
 from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.quantization.weights import dense_product
-from gnmt_tf.layers.stack import LSTMState, ResidualLSTMStack, build_sublayer, placement_scope, run_over_time
+from gnmt_tf.layers.recurrence import LSTMState, run_lstm, run_over_time
+from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, placement_scope
+from gnmt_tf.layers.weights import WeightReader
+
+
+def clip_logits(logits: tf.Tensor, gamma: float) -> tf.Tensor:
+    """Eq. 13: the softmax logits clipped to [-gamma, gamma]."""
+    gamma = tf.cast(gamma, logits.dtype)
+    return tf.clip_by_value(logits, -gamma, gamma)
 
 
 class DecoderState(NamedTuple):
@@ -46,16 +55,19 @@ class DecoderState(NamedTuple):
 class GNMTDecoder(keras.layers.Layer):
     """Embedded target inputs + encoder memory -> clipped logits."""
 
-    def __init__(self, config: ModelConfig, encoder_width: int, clip_delta: Optional[tf.Variable] = None, **kwargs):
+    def __init__(self, config: ModelConfig, encoder_width: int, clip_delta: Optional[tf.Variable] = None,
+                 weight_reader: Optional[WeightReader] = None, **kwargs):
         super().__init__(**kwargs)
         self.config = config
         self.encoder_width = encoder_width
+        self.weight_reader = weight_reader or WeightReader()
         cell_args = dict(
             form=config.cell,
             forget_bias=config.forget_bias,
             init_scale=config.init_scale,
             clip_delta=clip_delta,
             initial_delta=config.clip_delta,
+            weight_reader=self.weight_reader,
         )
         self.bottom_cell = GNMTLSTMCell(config.units, name="lstm_1", **cell_args)
         self.input_dropout = keras.layers.Dropout(config.dropout)
@@ -89,15 +101,30 @@ class GNMTDecoder(keras.layers.Layer):
         super().build(input_shape)
 
     # ----------------------------------------------------------------- shared pieces
-    def _logits(self, top: tf.Tensor, training=None) -> tf.Tensor:
-        logits = dense_product(self.softmax_projection, self.output_dropout(top, training=training))
-        gamma = tf.cast(self.config.logit_clip, logits.dtype)
-        return tf.clip_by_value(logits, -gamma, gamma)  # eq. 13
+    def logits(self, top: tf.Tensor, training=None) -> tf.Tensor:
+        """The top decoder output through dropout and the softmax projection, clipped (eq. 13)."""
+        if training is not False:  # decoding steps: no dropout op in the graph
+            top = self.output_dropout(top, training=training)
+        return clip_logits(self.weight_reader.dense(self.softmax_projection, top), self.config.logit_clip)
 
-    def _bottom_input(self, embedded: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
+    def bottom_input(self, embedded: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
+        """What the bottom layer reads: the embedded token, and with input feeding the last context."""
         if self.config.input_feeding:
             return tf.concat([embedded, previous_context], axis=-1)
         return embedded
+
+    def feed_bottom_step(self, x_t: tf.Tensor, state, memory: AttentionMemory):
+        """Input feeding, one time step: the bottom layer reads x_t and the previous context, then attends.
+
+        ``state`` is ``(c, m, previous context)``. Returns ``((m^1_t, context_t, attention
+        probs_t), (c, m, context_t))``; the teacher-forcing loop and the model-parallel
+        wavefront run it through :func:`gnmt_tf.layers.recurrence.masked_step`.
+        """
+        c, m, previous_context = state
+        projected = self.bottom_cell.project_inputs(self.bottom_input(x_t, previous_context))
+        output, (c, m) = self.bottom_cell.recur(projected, (c, m))
+        context, probs = self.attention.attend_step(output, memory)
+        return (output, context, probs), (c, m, context)
 
     # ----------------------------------------------------------------- teacher forcing
     def call(
@@ -106,34 +133,18 @@ class GNMTDecoder(keras.layers.Layer):
         """Whole target sequences -> (logits [B, T, V], attention probs [B, T, S])."""
         x = self.input_dropout(embedded, training=training)
         if self.config.input_feeding:
-            bottom, contexts, probs = self._bottom_with_input_feeding(x, mask, memory)
+            batch = tf.shape(x)[0]
+            c, m = self.bottom_cell.get_initial_state(batch_size=batch, dtype=x.dtype)
+            initial = (c, m, tf.zeros([batch, self.encoder_width], dtype=x.dtype))
+            sizes = (self.config.units, self.encoder_width, tf.shape(memory.mask)[1])
+            (bottom, contexts, probs), _ = run_over_time(
+                lambda x_t, state: self.feed_bottom_step(x_t, state, memory), x, mask, initial, sizes
+            )
         else:
-            bottom, _ = run_over_time(self.bottom_cell, x, mask)
+            bottom, _ = run_lstm(self.bottom_cell, x, mask)
             contexts, probs = self.attention.attend(bottom, memory)
         top = self.upper(bottom, mask=mask, context=contexts, training=training)
-        return self._logits(top, training=training), probs
-
-    def _bottom_with_input_feeding(self, x, mask, memory):
-        """Bottom layer and attention in one loop: step t reads the context of step t-1."""
-        batch = tf.shape(x)[0]
-        initial = self.bottom_cell.get_initial_state(batch_size=batch, dtype=x.dtype)
-        initial_context = tf.zeros([batch, self.encoder_width], dtype=x.dtype)
-
-        def step(x_t, states):
-            c, m, previous_context = states
-            cell_input = self.bottom_cell.project_inputs(self._bottom_input(x_t, previous_context))
-            output, (c, m) = self.bottom_cell.recur(cell_input, (c, m))
-            context, probs = self.attention.attend_step(output, memory)
-            return tf.concat([output, context, probs], axis=-1), [c, m, context]
-
-        _, outputs, _ = keras.backend.rnn(
-            step, x, [initial[0], initial[1], initial_context], mask=mask, zero_output_for_mask=True
-        )
-        units = self.config.units
-        bottom = outputs[:, :, :units]
-        contexts = outputs[:, :, units : units + self.encoder_width]
-        probs = outputs[:, :, units + self.encoder_width :]
-        return bottom, contexts, probs
+        return self.logits(top, training=training), probs
 
     # ----------------------------------------------------------------- one step
     def initial_state(self, memory: AttentionMemory) -> DecoderState:
@@ -146,11 +157,11 @@ class GNMTDecoder(keras.layers.Layer):
 
     def step(self, state: DecoderState, embedded: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """One token per sentence: embedded [B, E] -> (logits [B, V], probs [B, S], new state)."""
-        bottom_input = self._bottom_input(embedded, state.context)
+        bottom_input = self.bottom_input(embedded, state.context)
         bottom, bottom_state = self.bottom_cell.recur(
             self.bottom_cell.project_inputs(bottom_input), state.layers[0]
         )
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
         new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
-        return self._logits(top), probs, new_state
+        return self.logits(top, training=False), probs, new_state

@@ -16,7 +16,8 @@ is masked in every layer, so it never changes a real position's output.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple, Union
+import contextlib
+from typing import Any, Dict, Optional, Tuple, Union
 
 import tensorflow as tf
 import tf_keras as keras
@@ -27,7 +28,7 @@ from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.models.decoder import DecoderState, GNMTDecoder
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
-from gnmt_tf.quantization.weights import embedding_lookup
+from gnmt_tf.layers.weights import WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
 from gnmt_tf.vocab import PAD_ID
 
@@ -67,15 +68,19 @@ class GNMT(keras.Model):
         # When set, an object whose ``train_step(model, data)`` replaces the maximum-likelihood
         # step (eq. 7), e.g. the mixed RL objective of eq. 9 (gnmt_tf.training.reinforce.MixedObjective).
         self.training_objective = None
+        # The one reader of every kernel and embedding table: float, fake-quantized or int8,
+        # whichever transform_weights() scope the model is traced in (gnmt_tf.layers.weights).
+        self.weight_reader = WeightReader()
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
         )
         self.target_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="target_embedding"
         )
-        self.encoder = GNMTEncoder(config, clip_delta=self.clip_delta, name="encoder")
+        self.encoder = GNMTEncoder(config, clip_delta=self.clip_delta, weight_reader=self.weight_reader, name="encoder")
         self.decoder = GNMTDecoder(
-            config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta, name="decoder"
+            config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta,
+            weight_reader=self.weight_reader, name="decoder",
         )
         # Which device each layer runs on (section 3.3), from a ParallelConfig; None: one device.
         # Placement is not architecture: get_config and the checkpoint do not record it.
@@ -115,7 +120,7 @@ class GNMT(keras.Model):
         memory = self.encode(source_ids, training=training)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
         return self.decoder(
-            embedding_lookup(self.target_embedding, target_input_ids),
+            self.embed_target(target_input_ids),
             mask=tf.not_equal(target_input_ids, PAD_ID),
             memory=memory,
             training=training,
@@ -164,11 +169,15 @@ class GNMT(keras.Model):
         }
 
     # ------------------------------------------------------------------ one step at a time
-    def encode(self, source_ids, training=None) -> AttentionMemory:
-        """Encode source ids [batch, src]; attention keys are projected here, once per sentence."""
+    def encode(self, source_ids, training=None, time_loop=None) -> AttentionMemory:
+        """Encode source ids [batch, src]; attention keys are projected here, once per sentence.
+
+        ``time_loop`` chooses how the encoder's time steps are iterated
+        (:mod:`gnmt_tf.layers.recurrence`; the TFLite exporter passes its own).
+        """
         source_ids = tf.convert_to_tensor(source_ids)
         mask = tf.not_equal(source_ids, PAD_ID)
-        outputs = self.encoder(embedding_lookup(self.source_embedding, source_ids), mask=mask, training=training)
+        outputs = self.encoder(self.embed_source(source_ids), mask=mask, training=training, time_loop=time_loop)
         return self.decoder.attention.memory(outputs, mask)
 
     def initial_state(self, memory: AttentionMemory) -> DecoderState:
@@ -177,8 +186,28 @@ class GNMT(keras.Model):
 
     def step(self, state: DecoderState, token_ids) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state)."""
-        embedded = embedding_lookup(self.target_embedding, tf.convert_to_tensor(token_ids))
-        return self.decoder.step(state, embedded)
+        return self.decoder.step(state, self.embed_target(token_ids))
+
+    def embed_source(self, source_ids) -> tf.Tensor:
+        """Source embeddings of ids [batch, ...], read through the model's weight transform."""
+        return self.weight_reader.lookup(self.source_embedding, source_ids)
+
+    def embed_target(self, target_ids) -> tf.Tensor:
+        """Target embeddings of ids [batch, ...], read through the model's weight transform."""
+        return self.weight_reader.lookup(self.target_embedding, target_ids)
+
+    # ------------------------------------------------------------------ weights (section 6)
+    def transformed_weights(self, transform: Optional[WeightTransform]) -> "contextlib.AbstractContextManager":
+        """Compute with ``transform``'s weights inside the ``with`` block (and in graphs traced there).
+
+        ``transform`` is, e.g., :class:`gnmt_tf.quantization.Int8Weights` (section 6's int8
+        inference), :class:`gnmt_tf.quantization.QuantizationAwareTraining` or
+        :class:`gnmt_tf.quantization.FakeQuantizedWeights`; None means the float weights.
+        A graph keeps the transform it was traced with: Keras caches the functions of
+        ``fit``/``evaluate``/``predict``, so make them inside the scope
+        (``model.make_test_function(force=True)``) when they were first made outside it.
+        """
+        return self.weight_reader.using(transform)
 
     # ------------------------------------------------------------------ delta (eq. 10)
     def set_clip_delta(self, value: float) -> None:

@@ -45,10 +45,11 @@ Only teacher forcing (``GNMT.forward``: training and dev loss) uses the
 placement. ``GNMT.encode`` / ``GNMT.step`` (beam search, sampling) and every
 export path keep the single-device graph.
 
-The per-layer math is the cells' and the stacks' own methods
-(``project_inputs``, ``recur``, ``ResidualLSTMStack._cell_input`` / ``_combine``,
-``AdditiveAttention.attend``), so outputs equal the single-device model's up to
-float rounding. Dropout masks are drawn per step rather than per sequence
+The per-layer math is the cells', the stacks' and the decoder's own public methods
+(``project_inputs``, ``recur``, ``ResidualLSTMStack.layer_input`` / ``layer_output``,
+``GNMTDecoder.feed_bottom_step`` / ``logits``), each layer's step made padding-proof
+by the one masked time step (:func:`gnmt_tf.layers.recurrence.masked_step`), so
+outputs equal the single-device model's up to float rounding. Dropout masks are drawn per step rather than per sequence
 inside a wavefront: the same distribution, not the same draws.
 """
 
@@ -61,8 +62,9 @@ import tensorflow as tf
 
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import ConfigError, ModelConfig, ParallelConfig
-from gnmt_tf.quantization.weights import dense_product, embedding_lookup
-from gnmt_tf.layers.stack import ResidualLSTMStack, run_over_time
+from gnmt_tf.layers.recurrence import masked_step, run_lstm
+from gnmt_tf.layers.stack import ResidualLSTMStack
+from gnmt_tf.models.decoder import clip_logits
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -251,7 +253,7 @@ class _LSTMStage:
 
     Reads from below ``(x^(i-1)_t, [context_t])``, or, as the first stage of a
     wavefront, ``(projected_t, x^(i-1)_t, [context_t])`` with the input product of
-    the whole sequence computed up front (as ``run_over_time`` does). Passes
+    the whole sequence computed up front (as ``run_lstm`` does). Passes
     ``(x^i_t, [context_t])`` up.
     """
 
@@ -281,13 +283,9 @@ class _LSTMStage:
             context = rest[0] if len(rest) == 3 else None
             c, m = rest[-2:]
             if not hoisted:
-                projected = cell.project_inputs(stack._cell_input(k, x_below, context, training))
-            output, (new_c, new_m) = cell.recur(projected, (c, m))
-            # keras.backend.rnn with zero_output_for_mask: a masked step outputs 0 and keeps the state.
-            output = tf.where(mask_t, output, tf.zeros_like(output))
-            new_c = tf.where(mask_t, new_c, c)
-            new_m = tf.where(mask_t, new_m, m)
-            return stack._combine(k, output, x_below), new_c, new_m
+                projected = cell.project_inputs(stack.layer_input(k, x_below, context, training))
+            output, (new_c, new_m) = masked_step(cell.recur, projected, (c, m), mask_t)
+            return stack.layer_output(k, output, x_below), new_c, new_m
 
         x, c, m = placed(self.device, layer_step)(*below, *state)
         context = below[2:] if hoisted else below[1:]
@@ -323,23 +321,17 @@ class _BottomDecoderStage:
         cell = decoder.bottom_cell
 
         def bottom_step(inputs_t, keys, values, c, m, *previous):
-            if input_feeding:
-                projected = cell.project_inputs(decoder._bottom_input(inputs_t, previous[0]))
-            else:
-                projected = inputs_t
-            output, (new_c, new_m) = cell.recur(projected, (c, m))
-            output = tf.where(mask_t, output, tf.zeros_like(output))
-            new_c = tf.where(mask_t, new_c, c)
-            new_m = tf.where(mask_t, new_m, m)
-            context, probs = decoder.attention.attend_step(output, AttentionMemory(keys, values, source_mask))
-            if not input_feeding:
-                return output, context, probs, new_c, new_m
-            # As GNMTDecoder._bottom_with_input_feeding: context and probs are outputs (0 at a
-            # masked step), the context also state (carried at a masked step).
-            kept_context = tf.where(mask_t, context, previous[0])
-            context = tf.where(mask_t, context, tf.zeros_like(context))
-            probs = tf.where(mask_t, probs, tf.zeros_like(probs))
-            return output, context, probs, new_c, new_m, kept_context
+            memory = AttentionMemory(keys, values, source_mask)
+            if input_feeding:  # the decoder's own step: context and probs are 0 at a masked step
+                (output, context, probs), (new_c, new_m, kept_context) = masked_step(
+                    lambda x_t, state: decoder.feed_bottom_step(x_t, state, memory), inputs_t,
+                    (c, m, previous[0]), mask_t,
+                )
+                return output, context, probs, new_c, new_m, kept_context
+            # As the decoder without input feeding: attention reads the (masked) bottom outputs.
+            output, (new_c, new_m) = masked_step(cell.recur, inputs_t, (c, m), mask_t)
+            context, probs = decoder.attention.attend_step(output, memory)
+            return output, context, probs, new_c, new_m
 
         results = placed(self.device, bottom_step)(below[0], self.memory.keys, self.memory.values, *state)
         output, context, probs = results[:3]
@@ -438,8 +430,8 @@ def run_stack_wavefront(
     first = stack.cells[0]
     extra = (context,) if context is not None else ()
 
-    def project(x, *ctx):  # layer input, dropout and input product of the whole sequence, as run_over_time
-        return first.project_inputs(stack._cell_input(0, x, ctx[0] if ctx else None, training))
+    def project(x, *ctx):  # layer input, dropout and input product of the whole sequence, as run_lstm
+        return first.project_inputs(stack.layer_input(0, x, ctx[0] if ctx else None, training))
 
     with tf.name_scope(f"{name}_{stack.layer_number(0)}"):
         projected = placed(devices[0], project)(inputs, *extra)
@@ -460,17 +452,12 @@ def _batch_slices(batch: tf.Tensor, parts: int) -> tf.Tensor:
     return tf.stack([bounds[i + 1] - bounds[i] for i in range(parts)])
 
 
-def _clipped(decoder, logits: tf.Tensor) -> tf.Tensor:
-    gamma = tf.cast(decoder.config.logit_clip, logits.dtype)
-    return tf.clip_by_value(logits, -gamma, gamma)  # eq. 13
-
-
 def encode(model, placement: Placement, source_ids: tf.Tensor, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
     """Source ids -> (top encoder outputs [B, S, width], source mask): layer 1, then a wavefront."""
     encoder, devices = model.encoder, placement.encoder
     mask = tf.not_equal(source_ids, PAD_ID)
     with tf.device(devices[0]), tf.name_scope("encoder_layer_1"):
-        embedded = embedding_lookup(model.source_embedding, source_ids)
+        embedded = model.embed_source(source_ids)
         # Bi-directional (fig. 3): it needs the whole source, so it cannot join the wavefront.
         bottom = placed(devices[0], lambda x: encoder.bottom_layer(x, mask, training=training))(embedded)
     top = run_stack_wavefront(encoder.upper, bottom, mask, devices[1:], training=training, name="encoder_layer")
@@ -506,7 +493,7 @@ def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, trai
     with tf.name_scope("decoder_layer_1"):
         bottom = placed(
             placement.decoder[0],
-            lambda e: run_over_time(decoder.bottom_cell, decoder.input_dropout(e, training=training), mask)[0],
+            lambda e: run_lstm(decoder.bottom_cell, decoder.input_dropout(e, training=training), mask)[0],
         )(embedded)
     # The gathered bottom outputs and encoder outputs, split along the batch: each device attends for its slice.
     sizes = _batch_slices(tf.shape(bottom)[0], len(devices))
@@ -540,7 +527,7 @@ def _vocabulary_sharded_logits(decoder, placement: Placement, top: tf.Tensor) ->
     devices = placement.softmax_shard_devices()
     if len(devices) == 1:
         with tf.name_scope("softmax_shard_0"):
-            return [placed(devices[0], lambda x: _clipped(decoder, dense_product(projection, x)))(top)]
+            return [placed(devices[0], lambda x: decoder.logits(x, training=False))(top)]  # dropout came before
     vocab = decoder.config.vocab_size
     parts = []
     for s, device in enumerate(devices):
@@ -550,7 +537,7 @@ def _vocabulary_sharded_logits(decoder, placement: Placement, top: tf.Tensor) ->
             kernel, bias = projection.kernel[:, low:high], projection.bias[low:high]
         with tf.name_scope(f"softmax_shard_{s}"):
             parts.append(
-                placed(device, lambda x, w, b: _clipped(decoder, tf.tensordot(x, w, axes=1) + b))(
+                placed(device, lambda x, w, b: clip_logits(tf.tensordot(x, w, axes=1) + b, decoder.config.logit_clip))(
                     top, kernel, bias
                 )
             )
@@ -566,7 +553,7 @@ def forward(model, source_ids, target_input_ids, training=None) -> Tuple[tf.Tens
     outputs, source_mask = encode(model, placement, source_ids, training=training)
     mask = tf.not_equal(target_input_ids, PAD_ID)
     with tf.device(placement.decoder[0]), tf.name_scope("decoder_layer_1"):
-        embedded = embedding_lookup(model.target_embedding, target_input_ids)
+        embedded = model.embed_target(target_input_ids)
     run_decoder = _model_parallel_decoder if placement.mode == "model" else _hybrid_decoder
     top, probs = run_decoder(model, placement, embedded, mask, outputs, source_mask, training)
     with tf.name_scope("decoder_output"):
@@ -580,7 +567,7 @@ def forward(model, source_ids, target_input_ids, training=None) -> Tuple[tf.Tens
         logits = []
         for i, (device, part) in enumerate(zip(devices, parts)):
             with tf.name_scope(f"softmax_slice_{i}"):
-                project = lambda x: _clipped(decoder, dense_product(decoder.softmax_projection, x))  # noqa: E731
+                project = lambda x: decoder.logits(x, training=False)  # noqa: E731  (dropout came before)
                 logits.append(placed(device, project)(part))
         logits = tf.concat(logits, axis=0)
     return logits, probs

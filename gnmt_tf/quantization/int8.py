@@ -67,26 +67,24 @@ project's 2-core CPU (``benchmarks/int8_matmul_benchmark.py``,
 the weights do not fit in cache, as in a paper-size decoder), 1.2-1.5x at
 batch 16 x beam 4, and no faster (0.8-1.3x) for the 1024x32000 softmax.
 
-Simulated int8 weights for a whole model
-----------------------------------------
-:func:`quantize_model_weights` returns a copy of a :class:`gnmt_tf.models.gnmt.GNMT`'s
-weights (a list in ``model.get_weights()`` order) where every LSTM ``kernel``
-and ``recurrent_kernel`` and the softmax kernel are replaced by
-``dequantize(quantize(W))``; the model itself is not changed.
-:func:`simulated_int8_weights` is a context manager that loads them into the
-model and restores the float weights on exit. What stays float32 and why:
+Which kernels
+-------------
+:func:`quantized_kernel_variables` names the kernels int8 inference quantizes: every
+LSTM ``kernel`` and ``recurrent_kernel`` and the softmax kernel. What stays float32
+and why:
 
 * attention (query/key kernels, bias, score vector): the paper does not
   quantize the attention model;
-* embeddings: a table lookup has no product to speed up (Marian also keeps
-  its embeddings in 32 bits); they are left exact;
 * biases (softmax bias, the "standard" cell's bias) and delta: not matrices.
+
+Embedding tables have no product to speed up; :class:`gnmt_tf.quantization.weights.Int8Weights`
+stores them int8 per token for size only. A model computes with any of these through
+its weight transform (:meth:`gnmt_tf.models.GNMT.transformed_weights`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -282,42 +280,6 @@ def quantized_kernel_variables(model) -> List[tf.Variable]:
     return found
 
 
-def quantize_model_weights(model, method: str = "per_row", **options) -> List[np.ndarray]:
-    """A copy of ``model.get_weights()`` with simulated int8 kernels.
-
-    Every variable of :func:`quantized_kernel_variables` (LSTM kernels and
-    recurrent kernels, softmax kernel) is replaced by
-    ``fake_quantize(W, method, axis=0)``; all other weights (attention,
-    embeddings, biases, delta) are returned unchanged. The model is not
-    modified: ``model.set_weights(result)`` (or :func:`simulated_int8_weights`)
-    loads them, e.g. into a clone built from ``model.model_config``.
-
-    ``method``: ``"per_row"`` (eq. 12) or ``"per_column_7sigma"`` (Marian;
-    ``options`` ``sigmas=7.0``, ``tighten_to_data=False``).
-    """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    targets = {v.ref() for v in quantized_kernel_variables(model)}
-    result = []
-    for variable in model.weights:
-        value = variable.numpy()
-        if variable.ref() in targets:
-            value = fake_quantize(value, method, axis=0, **options).numpy()
-        result.append(np.array(value, copy=True))
-    return result
-
-
-@contextlib.contextmanager
-def simulated_int8_weights(model, method: str = "per_row", **options) -> Iterator[None]:
-    """Run ``model`` with :func:`quantize_model_weights` loaded; float weights restored on exit."""
-    original = model.get_weights()
-    model.set_weights(quantize_model_weights(model, method, **options))
-    try:
-        yield
-    finally:
-        model.set_weights(original)
-
-
 def quantization_report(model, method: str = "per_row", **options) -> List[Dict[str, object]]:
     """Per quantized kernel: name, shape, max |W - W~|, and that error over the kernel's max |W|."""
     rows = []
@@ -333,42 +295,3 @@ def quantization_report(model, method: str = "per_row", **options) -> List[Dict[
             "rms_error": float(np.sqrt(np.mean(error**2))),
         })
     return rows
-
-
-# ------------------------------------------------------------------------------ sizes
-def quantized_kernel_bytes(shape, method: str = "per_row", axis: int = 0) -> int:
-    """Storage of one int8 kernel: 1 byte per value + float32 scales (+ float32 offsets)."""
-    shape = [int(d) for d in shape]
-    values = int(np.prod(shape))
-    per_axis = values // shape[axis] if shape else 1
-    floats_per_unit = 2 if method == "per_column_7sigma" else 1
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return values + 4 * floats_per_unit * per_axis
-
-
-def model_size_bytes(model, method: Optional[str] = "per_row") -> Dict[str, int]:
-    """Weight storage of ``model``: all float32, and with int8 kernels.
-
-    Returns ``float32_bytes`` (every weight in float32), ``int8_bytes`` (the
-    kernels of :func:`quantized_kernel_variables` as int8 values + float32
-    scales, and offsets for ``"per_column_7sigma"``; everything else float32),
-    ``quantized_parameters`` and ``float_parameters`` (counts of values kept
-    int8 / float in the int8 form). ``method=None`` gives only the float32 size.
-    """
-    targets = {v.ref() for v in quantized_kernel_variables(model)}
-    float_bytes = int8_bytes = quantized = kept = 0
-    for variable in model.weights:
-        count = int(np.prod(variable.shape))
-        size = count * variable.dtype.size
-        float_bytes += size
-        if method is not None and variable.ref() in targets:
-            int8_bytes += quantized_kernel_bytes(variable.shape, method)
-            quantized += count
-        else:
-            int8_bytes += size
-            kept += count
-    sizes = {"float32_bytes": float_bytes}
-    if method is not None:
-        sizes.update(int8_bytes=int8_bytes, quantized_parameters=quantized, float_parameters=kept)
-    return sizes

@@ -35,10 +35,11 @@ dequantized values differ by ~1e-5 of a step elsewhere. Both are eq. 12 to
 float32 precision; ``tests/test_qat.py`` checks this bound.
 
 The GNMT is a subclassed Keras 2 model, which ``tfmot.quantization.keras.
-quantize_apply`` cannot wrap. Instead each :class:`gnmt_tf.layers.cell.GNMTLSTMCell`
-has a hook, ``cell.kernel_quantizer``, through which both of its products
-(``project_inputs``: ``kernel``; ``recur``: ``recurrent_kernel``) pass.
-:class:`QuantizationAwareTraining` sets the hook on every cell to
+quantize_apply`` cannot wrap. Instead :class:`QuantizationAwareTraining` is a
+weight transform (:mod:`gnmt_tf.layers.weights`): inside
+``model.transformed_weights(qat)`` every product of an LSTM kernel (both products of
+each :class:`gnmt_tf.layers.cell.GNMTLSTMCell`: ``project_inputs`` reads ``kernel``,
+``recur`` reads ``recurrent_kernel``) passes through
 :meth:`~QuantizationAwareTraining.fake_quantize`, which calls the config's
 quantizer with its variables. Those variables (tfmot's per-output-unit
 ``min``/``max``) are created by ``quantizer.build(shape, name, layer)`` on a
@@ -61,9 +62,9 @@ Two details:
   float32 rounding of that range puts a column's extreme element (the one that
   sets the scale) just outside it now and then, which would freeze it.
 
-Hooks are read when a graph is traced: enable QAT before the first forward
-pass that a ``tf.function`` (Keras ``fit``/``evaluate``, a Translator) traces,
-and retrace after :meth:`QuantizationAwareTraining.remove`.
+The transform is read when a graph is traced: trace inside the scope (Keras
+``fit``/``evaluate``, a Translator's first call) to train with it; a function traced
+outside the scope computes with the float kernels.
 
 ``tensorflow_model_optimization`` is imported only inside functions: importing
 it switches ``tf.keras`` to Keras 2 for the whole process (this package uses
@@ -71,12 +72,8 @@ it switches ``tf.keras`` to Keras 2 for the whole process (this package uses
 
 Use::
 
-    qat = enable_quantization_aware_training(model)   # every LSTM kernel fake-quantized
-    ...train...
-    qat.remove()                                       # back to float products
-
-    with enable_quantization_aware_training(model):    # or as a context manager
-        ...
+    with model.transformed_weights(QuantizationAwareTraining(model)):   # every LSTM kernel fake-quantized
+        model.fit(...)
 
 The command line, ``python -m gnmt_tf.train --refine qat --init-from MODEL_DIR
 --model-dir OUT``, fine-tunes a trained model this way (see
@@ -92,6 +89,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
+from gnmt_tf.layers.weights import WeightTransform, matmul
 
 # The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
 #
@@ -147,24 +145,17 @@ def _quantize_config_class() -> type:
             return []
 
         def set_quantize_weights(self, layer, quantize_weights) -> None:
-            """Make the cell's products use ``quantize_weights`` (``[kernel, recurrent_kernel]``).
+            """tfmot's hand-over for its ``QuantizeWrapper``, which cannot wrap a GNMT cell.
 
-            tfmot's contract, for a wrapper that quantizes once per call and hands the
-            tensors over. The cell reads its kernels through ``kernel_quantizer``, so this
-            installs a hook returning these tensors. :class:`QuantizationAwareTraining`
-            does not use it: the cell's products run inside time loops, so it quantizes at
-            each product, in whichever graph is being traced.
+            The cells' products run inside time loops and read their kernels through the
+            model's weight transform, so :class:`QuantizationAwareTraining` quantizes at each
+            product instead, in whichever graph is being traced.
             """
-            _check_cell(layer)
-            if len(quantize_weights) != len(self.WEIGHT_ATTRIBUTES):
-                raise ValueError(
-                    f"expected {len(self.WEIGHT_ATTRIBUTES)} quantized weights "
-                    f"({', '.join(self.WEIGHT_ATTRIBUTES)}), got {len(quantize_weights)}"
-                )
-            replacements = {
-                getattr(layer, name).ref(): value for name, value in zip(self.WEIGHT_ATTRIBUTES, quantize_weights)
-            }
-            layer.kernel_quantizer = lambda kernel: replacements[kernel.ref()]
+            raise TypeError(
+                "a GNMTLSTMCell is not wrapped by tfmot's QuantizeWrapper; quantization-aware training "
+                "reads its kernels through the model's weight transform: "
+                "model.transformed_weights(QuantizationAwareTraining(model))"
+            )
 
         def set_quantize_activations(self, layer, quantize_activations) -> None:
             if quantize_activations:
@@ -206,12 +197,13 @@ class QuantizerVariables(keras.layers.Layer):
         self.built = True  # variables are added by the quantizers' build(), not by build()
 
 
-class QuantizationAwareTraining:
-    """Fake-quantizes (eq. 12) every LSTM kernel of ``model`` in every forward pass.
+class QuantizationAwareTraining(WeightTransform):
+    """The weight transform of QAT: every LSTM kernel fake-quantized (eq. 12) in every product.
 
-    Created by :func:`enable_quantization_aware_training`. Attributes:
+    Use it as ``with model.transformed_weights(QuantizationAwareTraining(model)):``.
+    Attributes:
 
-    * ``cells``: the hooked :class:`GNMTLSTMCell` objects;
+    * ``cells``: the :class:`GNMTLSTMCell` objects whose kernels it quantizes;
     * ``quantize_configs``: one :class:`GNMTLSTMCellQuantizeConfig` per cell;
     * ``quantizer_variables``: the :class:`QuantizerVariables` layer holding the
       quantizers' per-output-unit ``min``/``max`` (not part of the model).
@@ -221,9 +213,6 @@ class QuantizationAwareTraining:
         cells = lstm_cells(model)
         if not cells:
             raise ValueError("the model has no GNMTLSTMCell; is it a built GNMT?")
-        hooked = [cell.name for cell in cells if cell.kernel_quantizer is not None]
-        if hooked:
-            raise ValueError(f"cells {hooked} already have a kernel_quantizer; remove that first")
         config_class = _quantize_config_class()
         self.cells = cells
         self.quantize_configs = []
@@ -236,10 +225,9 @@ class QuantizationAwareTraining:
                 name = weight.name.split(":")[0].replace("/", "_")
                 variables = quantizer.build(weight.shape, name, self.quantizer_variables)
                 self._quantizers[weight.ref()] = (quantizer, variables)
-        self._hook = self.fake_quantize  # one bound method, so remove() can recognise it
-        for cell in cells:
-            cell.kernel_quantizer = self._hook
-        self.active = True
+
+    def quantizes(self, kernel) -> bool:
+        return kernel.ref() in self._quantizers
 
     @tf.autograph.experimental.do_not_convert
     def fake_quantize(self, kernel: tf.Variable) -> tf.Tensor:
@@ -248,32 +236,8 @@ class QuantizationAwareTraining:
         quantized = quantizer(kernel, True, variables)  # training mode: the range comes from this kernel
         return kernel + tf.stop_gradient(quantized - kernel)  # == quantized; straight-through gradient
 
-    def remove(self) -> None:
-        """Uninstall the hooks: the cells compute with float kernels again (in graphs traced from now on)."""
-        for cell in self.cells:
-            if cell.kernel_quantizer is self._hook:
-                cell.kernel_quantizer = None
-        self.active = False
-
-    def __enter__(self) -> "QuantizationAwareTraining":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.remove()
-
-
-def enable_quantization_aware_training(model) -> QuantizationAwareTraining:
-    """Hook eq. 12 fake quantization into every LSTM cell of a built ``model``.
-
-    Returns the handle; ``handle.remove()`` (or leaving ``with handle:``) undoes it.
-    The model's weights, their order and its checkpoint structure are unchanged.
-    """
-    return QuantizationAwareTraining(model)
-
-
-def disable_quantization_aware_training(handle: QuantizationAwareTraining) -> None:
-    """Same as ``handle.remove()``."""
-    handle.remove()
+    def product(self, x: tf.Tensor, kernel) -> tf.Tensor:
+        return matmul(x, self.fake_quantize(kernel) if self.quantizes(kernel) else kernel)
 
 
 def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None):

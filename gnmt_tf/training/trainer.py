@@ -27,6 +27,7 @@ A restarted cluster resumes from the chief's last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -326,11 +327,13 @@ class Trainer:
             # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
             # default "sum" would add them up over the replicas.
             self.model.distribute_reduction_method = "first"
-        self.quantization_aware = None
-        if config.training.quantization_aware:  # before anything traces the model
-            from gnmt_tf.quantization.qat import enable_quantization_aware_training
+        # Quantization-aware training (section 6): every graph the run traces (training steps,
+        # dev loss, dev translations) computes with fake-quantized LSTM kernels; see train().
+        self.weight_transforms = []
+        if config.training.quantization_aware:
+            from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
-            self.quantization_aware = enable_quantization_aware_training(self.model)
+            self.weight_transforms.append((self.model, QuantizationAwareTraining(self.model)))
         # RL refinement (section 5): the mixed objective of eq. 9 replaces the ML step, and the
         # run stops once dev BLEU has not improved for rl.patience evaluations.
         self.patience: Optional[int] = None
@@ -358,9 +361,9 @@ class Trainer:
             self.dev_model = GNMT(config.model)
             self.dev_model.build()
             if config.training.quantization_aware:
-                from gnmt_tf.quantization.qat import enable_quantization_aware_training
+                from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
-                enable_quantization_aware_training(self.dev_model)
+                self.weight_transforms.append((self.dev_model, QuantizationAwareTraining(self.dev_model)))
             best_checkpoint = tf.train.Checkpoint(model=self.dev_model)
         self._dev_loss = None
         self.best_manager = tf.train.CheckpointManager(best_checkpoint, layout.best_dir(model_dir), max_to_keep=1)
@@ -457,6 +460,12 @@ class Trainer:
     # ------------------------------------------------------------------ the run
     def train(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None) -> TrainResult:
         """Train until ``max_steps`` (default: the config's), the time limit, or a signal."""
+        with contextlib.ExitStack() as scopes:
+            for model, transform in self.weight_transforms:
+                scopes.enter_context(model.transformed_weights(transform))
+            return self._train(max_steps, max_minutes)
+
+    def _train(self, max_steps: Optional[int], max_minutes: Optional[float]) -> TrainResult:
         t = self.config.training
         max_steps = max_steps if max_steps is not None else t.max_steps
         max_minutes = max_minutes if max_minutes is not None else t.max_minutes

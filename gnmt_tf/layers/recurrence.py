@@ -1,0 +1,109 @@
+"""The masked time step, and running it over whole sequences.
+
+Every recurrence of the model over a padded batch is one function of one time step,
+``step(inputs_t, state) -> (outputs_t, new_state)``, made padding-proof by
+:func:`masked_step`: at a padding position the outputs are 0 and the state is carried
+through unchanged, so padding can never change a real position. Users:
+
+* :func:`run_lstm`: an LSTM layer over a sequence (encoder, decoder layers in teacher
+  forcing), its input product hoisted out of time into one matmul (an identity);
+* the decoder's bottom layer with input feeding, whose step also attends
+  (:meth:`gnmt_tf.models.decoder.GNMTDecoder.feed_bottom_step`);
+* the model-parallel wavefront (:mod:`gnmt_tf.parallel.model_parallel`), which calls
+  :func:`masked_step` for each layer at each diagonal.
+
+How the steps are iterated is a separate, explicit choice, a *time loop* passed to
+:func:`run_over_time`: :data:`TENSOR_ARRAY_LOOP` (the default: a ``tf.while_loop``
+with TensorArrays, what training differentiates through) or another loop with the
+same contract, such as the TFLite exporter's loop without TensorArrays
+(``export.tflite.CONCATENATING_LOOP``). Both apply the same steps to the same values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+import tensorflow as tf
+
+LSTMState = Tuple[tf.Tensor, tf.Tensor]
+Step = Callable[[Any, Any], Tuple[Any, Any]]
+
+
+def masked_step(step: Step, inputs_t, state, mask_t: tf.Tensor):
+    """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] marks the real positions.
+
+    Where ``mask_t`` is False the outputs are 0 and the state keeps its old value (the
+    semantics of ``keras.backend.rnn`` with ``zero_output_for_mask``). ``inputs_t``,
+    ``state`` and the outputs may be nests of [batch, ...] tensors.
+    """
+    outputs, new_state = step(inputs_t, state)
+    keep = tf.reshape(tf.cast(mask_t, tf.bool), [-1, 1])
+    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros_like(o)), outputs)
+    new_state = tf.nest.map_structure(lambda new, old: tf.where(keep, new, old), new_state, state)
+    return outputs, new_state
+
+
+class TensorArrayLoop:
+    """Time steps in a ``tf.while_loop`` reading and writing TensorArrays: fast, differentiable.
+
+    ``loop(step, inputs_tm, mask_tm, initial_state, output_sizes)`` runs
+    :func:`masked_step` for t = 0 .. time-1 on time-major inputs (a nest of [time, batch, ...])
+    and a time-major mask [time, batch]; returns (time-major outputs, final state).
+    ``output_sizes`` (the last dimension of each output) is part of the contract for loops
+    that must allocate their outputs up front; this one does not need it.
+    """
+
+    def __call__(self, step: Step, inputs_tm, mask_tm: tf.Tensor, initial_state, output_sizes):
+        steps = tf.shape(mask_tm)[0]
+        input_arrays = tf.nest.map_structure(
+            lambda x: tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
+        )
+        mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(
+            tf.cast(mask_tm, tf.bool)
+        )
+        dtype = tf.nest.flatten(inputs_tm)[0].dtype
+        output_arrays = tf.nest.map_structure(lambda _: tf.TensorArray(dtype, size=steps), output_sizes)
+
+        def body(t, state, output_arrays):
+            inputs_t = tf.nest.map_structure(lambda array: array.read(t), input_arrays)
+            outputs, state = masked_step(step, inputs_t, state, mask_array.read(t))
+            output_arrays = tf.nest.map_structure(lambda array, o: array.write(t, o), output_arrays, outputs)
+            return t + 1, state, output_arrays
+
+        _, final_state, output_arrays = tf.while_loop(
+            lambda t, *_: t < steps, body, (tf.constant(0), initial_state, output_arrays), maximum_iterations=steps
+        )
+        return tf.nest.map_structure(lambda array: array.stack(), output_arrays), final_state
+
+
+TENSOR_ARRAY_LOOP = TensorArrayLoop()
+
+
+def _swap_batch_time(x: tf.Tensor) -> tf.Tensor:
+    return tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
+
+
+def run_over_time(step: Step, inputs, mask: tf.Tensor, initial_state, output_sizes, loop=None):
+    """Run ``step`` over batch-major ``inputs`` (a nest of [batch, time, ...]) with ``mask`` [batch, time].
+
+    Returns (batch-major outputs, final state). ``output_sizes`` is a nest shaped like the
+    step's outputs holding each output's last dimension (an int or a scalar tensor).
+    ``loop`` is the time loop (default :data:`TENSOR_ARRAY_LOOP`).
+    """
+    loop = loop or TENSOR_ARRAY_LOOP
+    inputs_tm = tf.nest.map_structure(_swap_batch_time, inputs)
+    mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])
+    outputs_tm, final_state = loop(step, inputs_tm, mask_tm, initial_state, output_sizes)
+    return tf.nest.map_structure(_swap_batch_time, outputs_tm), final_state
+
+
+def run_lstm(cell, inputs: tf.Tensor, mask: tf.Tensor, initial_state: Optional[LSTMState] = None, loop=None):
+    """An LSTM layer (:class:`gnmt_tf.layers.cell.GNMTLSTMCell`) over ``inputs`` [batch, time, features].
+
+    The input product of every step is computed up front in one matmul (an identity that
+    changes no output). Returns (outputs [batch, time, units], final state (c, m)).
+    """
+    projected = cell.project_inputs(inputs)
+    if initial_state is None:
+        initial_state = cell.get_initial_state(batch_size=tf.shape(inputs)[0], dtype=inputs.dtype)
+    return run_over_time(cell.recur, projected, mask, tuple(initial_state), cell.units, loop)

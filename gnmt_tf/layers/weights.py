@@ -1,0 +1,107 @@
+"""How a model reads its weights: one mechanism for float, fake-quantized and int8 weights.
+
+Every product of a kernel and every embedding lookup in the model goes through one
+:class:`WeightReader`, which the model owns and hands to each of its layers. What
+the reader returns is decided by one :class:`WeightTransform` at a time:
+
+* the plain transform (the default): the float weights, as trained;
+* quantization-aware training (:mod:`gnmt_tf.quantization.qat`): each LSTM kernel
+  fake-quantized to eq. 12's int8 grid, with a straight-through gradient;
+* int8 inference (:class:`gnmt_tf.quantization.weights.Int8Weights`, section 6):
+  int8 kernels and embedding tables with one scale per output unit (eq. 12);
+* simulated int8 (:class:`gnmt_tf.quantization.weights.FakeQuantizedWeights`): the
+  float numbers that the int8 weights stand for, for measuring the rounding alone.
+
+A transform is chosen for a scope, explicitly: ``with model.transformed_weights(t):``
+(:meth:`gnmt_tf.models.GNMT.transformed_weights`). Graphs are traced with the
+transform of the scope they are traced in; a ``tf.function`` traced inside the
+scope keeps that transform, one traced outside uses float weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+import tensorflow as tf
+
+
+def matmul(x: tf.Tensor, kernel) -> tf.Tensor:
+    """``x @ kernel`` for any leading shape of ``x`` (one product for all time steps of a sequence)."""
+    if x.shape.rank == 2:
+        return tf.matmul(x, kernel)
+    return tf.tensordot(x, kernel, axes=1)
+
+
+class WeightTransform:
+    """The float weights as they are; subclasses replace some of them.
+
+    Subclasses override :meth:`product` and :meth:`lookup` for the weights they
+    replace and defer to this class for the others. :meth:`enter` and :meth:`exit`
+    run when a :class:`WeightReader` starts and stops using the transform, in the
+    graph being traced (e.g. to dequantize once per call rather than once per step).
+    """
+
+    def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
+        """``x @ kernel``."""
+        return matmul(x, kernel)
+
+    def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+        """Rows ``ids`` of the embedding ``table``."""
+        return tf.gather(table, ids)
+
+    def enter(self) -> None:
+        """Called when a reader starts using this transform."""
+
+    def exit(self) -> None:
+        """Called when the reader stops using it."""
+
+
+FLOAT_WEIGHTS = WeightTransform()
+
+
+class WeightReader:
+    """The one way a model's layers read their kernels and embedding tables.
+
+    A model creates one and passes it to every layer it builds, so one call of
+    :meth:`using` changes how the whole model computes. A layer built on its own
+    gets a reader of its own.
+    """
+
+    def __init__(self):
+        self._transform: WeightTransform = FLOAT_WEIGHTS
+
+    @property
+    def transform(self) -> WeightTransform:
+        return self._transform
+
+    def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
+        """``x @ kernel`` under the current transform."""
+        return self._transform.product(x, kernel)
+
+    def dense(self, layer, x: tf.Tensor) -> tf.Tensor:
+        """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform."""
+        y = self.product(x, layer.kernel)
+        return y + layer.bias if layer.use_bias else y
+
+    def lookup(self, layer, ids) -> tf.Tensor:
+        """A built ``keras.layers.Embedding`` looked up at ``ids``, its table read through the transform."""
+        return self._transform.lookup(layer.embeddings, tf.convert_to_tensor(ids))
+
+    @contextlib.contextmanager
+    def using(self, transform: Optional[WeightTransform]) -> Iterator[WeightTransform]:
+        """Read the weights through ``transform`` (None: float) inside the ``with`` block."""
+        transform = transform or FLOAT_WEIGHTS
+        if self._transform is not FLOAT_WEIGHTS and transform is not self._transform:
+            raise ValueError(
+                f"the model already computes with {type(self._transform).__name__}; "
+                f"leave that scope before using {type(transform).__name__}"
+            )
+        previous = self._transform
+        transform.enter()
+        self._transform = transform
+        try:
+            yield transform
+        finally:
+            self._transform = previous
+            transform.exit()
