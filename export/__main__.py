@@ -9,8 +9,9 @@ it into place.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 FORMATS = ("saved_model", "tflite")
 
@@ -53,12 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="saved_model: compile the decoding step with XLA (faster for large models; TF Serving then "
         "needs --xla_cpu_compilation_enabled)",
     )
+    add_verbose_argument(parser)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
     from export.exporters import ExportError, ExportRequest, export, validate_request
     from gnmt_tf.config import ConfigError
     from gnmt_tf.model_dir import ModelDirError

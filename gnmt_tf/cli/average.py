@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Callable, List, Tuple
 
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+
 
 
 def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
@@ -84,12 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
     parser.add_argument("--last", type=int, default=3,
                         help="how many of the newest checkpoints to average (default: %(default)s)")
+    add_verbose_argument(parser)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
     from gnmt_tf.model_dir import ModelDirError
 
     try:

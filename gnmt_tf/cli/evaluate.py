@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 from gnmt_tf.cli.translate import add_decoding_arguments, decoding_overrides, load_translator
+
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,12 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--hypotheses", default=None, help="also write the translations to this file")
     add_decoding_arguments(parser)
+    add_verbose_argument(parser)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError, read_parallel
     from gnmt_tf.metrics.bleu import corpus_bleu

@@ -12,8 +12,9 @@ Exit status: 0 on success, 2 when DIR does not exist or holds no event files.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default=None, metavar="PATH",
         help="where the PNG goes (default: MODEL_DIR/training_curves.png); parent directories are created",
     )
+    add_verbose_argument(parser)
     return parser
 
 
@@ -49,7 +51,7 @@ def summary_line(scalars) -> str:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
     from gnmt_tf.plots import NoTrainingLogs, save_training_curves
 
     try:

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,12 +23,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one config field, e.g. --set model.units=512 (repeatable)",
     )
+    add_verbose_argument(parser)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
 
     from gnmt_tf.config import ConfigError, load_config, parse_overrides
     from gnmt_tf.models.gnmt import GNMT

@@ -25,6 +25,8 @@ import os
 import sys
 import time
 
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+
 DEFAULT_CONFIG = "small"
 DEV_FILE = "dev.tsv"  # the dev split, kept in the model directory
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true",
         help="no live progress bar, one line per segment (the default when output is not a terminal)",
     )
+    add_verbose_argument(parser)
     return parser
 
 
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
                      "(change fields with --set)")
     if args.refine and not args.model_dir:
         parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
 
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError

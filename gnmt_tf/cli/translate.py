@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """Beam search options shared by translate and evaluate (defaults: the model's config)."""
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR/0002.png, ... (one per input line, in input order; DIR is created if needed)",
     )
     add_decoding_arguments(parser)
+    add_verbose_argument(parser)
     return parser
 
 
@@ -87,7 +90,7 @@ def decoding_overrides(args) -> dict:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_tensorflow(args.verbose)
     from gnmt_tf.config import ConfigError
     from gnmt_tf.model_dir import ModelDirError
 

@@ -1,0 +1,54 @@
+"""The command lines show only their own output: TensorFlow's start-up lines are hidden unless asked for."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import run_side_by_side
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Lines TensorFlow's C++ side prints at start-up: absl's pre-init notice and glog-style records.
+TENSORFLOW_LINE_STARTS = ("WARNING: All log messages before absl", "I0000", "W0000", "E0000")
+
+
+def _tensorflow_lines(text):
+    return [line for line in text.splitlines() if line.startswith(TENSORFLOW_LINE_STARTS)]
+
+
+def test_a_command_prints_only_its_own_lines_unless_verbose():
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    command = [sys.executable, "-m", "gnmt_tf.summary", "--config", "tiny"]
+    quiet, verbose, by_variable = run_side_by_side(
+        (command, None), (command + ["--verbose"], None), (["env", "TF_CPP_MIN_LOG_LEVEL=0"] + command, None),
+        env=env, timeout=300,
+    )
+    for result in (quiet, verbose, by_variable):
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "trainable parameters:" in result.stdout
+    assert _tensorflow_lines(quiet.stderr) == [], quiet.stderr
+    if not _tensorflow_lines(verbose.stderr):
+        pytest.skip("this TensorFlow build prints no start-up lines on this machine: nothing to hide")
+    assert _tensorflow_lines(by_variable.stderr), "a TF_CPP_MIN_LOG_LEVEL set by the user shows TensorFlow's lines"
+
+
+def test_a_failing_start_shows_what_tensorflow_printed():
+    """If the import fails, the captured lines are the diagnosis: they are shown, then the error."""
+    code = (
+        "import sys, builtins\n"
+        "real_import = builtins.__import__\n"
+        "def failing(name, *a, **k):\n"
+        "    if name == 'tf_keras':\n"
+        "        sys.__stderr__.flush(); import os; os.write(2, b'captured diagnosis\\n')\n"
+        "        raise ImportError('no tf_keras here')\n"
+        "    return real_import(name, *a, **k)\n"
+        "builtins.__import__ = failing\n"
+        "from gnmt_tf.cli.common import start_tensorflow\n"
+        "start_tensorflow()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0
+    assert "captured diagnosis" in result.stderr and "no tf_keras here" in result.stderr
