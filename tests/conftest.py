@@ -116,7 +116,7 @@ def copy_version(version_dir, base, version=1):
 LONGEST_FILES_FIRST = (
     "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py",
     "test_serving_server.py", "test_export_int8.py", "test_docs.py", "test_export_saved_model.py",
-    "test_translate.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
+    "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
 )
 
 

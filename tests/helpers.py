@@ -1,9 +1,14 @@
 """Small shared helpers for the tests."""
 
+import os
+
 import numpy as np
 
 from gnmt_tf.config import load_config
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 
 
 def tiny_model_config(**overrides):

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from export.exporters import ExportError, ExportRequest, export, next_version
+from helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "eight six"]
 

@@ -17,9 +17,8 @@ from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.data import make_dataset, read_tsv
 from gnmt_tf.training.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
-from helpers import copy_task, tiny_model_config, write_number_training_tsv
+from helpers import ROOT, copy_task, tiny_model_config, write_number_training_tsv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -28,9 +28,8 @@ import pytest
 
 from gnmt_tf.parallel import distribute
 from gnmt_tf.config import ConfigError
-from helpers import number_word_pairs
+from helpers import ROOT, number_word_pairs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 CHILD_SECONDS = 240  # the watchdog: no child outlives this
 

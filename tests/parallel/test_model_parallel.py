@@ -18,9 +18,8 @@ from gnmt_tf.config import ConfigError, ParallelConfig
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.parallel.model_parallel import resolve_placement, run_stack_wavefront
 from gnmt_tf.layers.stack import ResidualLSTMStack
-from helpers import copy_task, tiny_model_config
+from helpers import ROOT, copy_task, tiny_model_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU0 = "/device:CPU:0"
 
 # ---------------------------------------------------------------------------------------------

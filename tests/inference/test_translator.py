@@ -9,9 +9,8 @@ import pytest
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.inference.translator import Translator
-from helpers import run_side_by_side
+from helpers import ROOT, run_side_by_side
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 

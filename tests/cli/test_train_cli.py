@@ -13,10 +13,9 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import model_dir as layout
-from helpers import number_word_pairs
+from helpers import ROOT, number_word_pairs
 from test_training import _final_state
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _train_cli(model_dir, *extra):

@@ -12,8 +12,8 @@ from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFL
 from gnmt_tf.metrics.bleu import corpus_bleu
 from gnmt_tf.model_dir import load_model_dir
 from gnmt_tf.inference.translator import Translator
+from helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 

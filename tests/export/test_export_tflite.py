@@ -14,7 +14,7 @@ from export.tflite import (
     custom_ops,
     list_ops,
 )
-from gnmt_tf.inference.module import ExportableTranslator
+from gnmt_tf.inference.translator import TranslatorModule
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
 from gnmt_tf.models.gnmt import GNMT
@@ -60,7 +60,7 @@ def exported():
         weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
     bias = model.decoder.softmax_projection.bias
     bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
-    translator = ExportableTranslator(model, tokenizer, config.decoding, max_input_length=12)
+    translator = TranslatorModule(model, tokenizer, config.decoding, max_input_length=12)
     return translator, convert_to_tflite(translator)
 
 
