@@ -40,7 +40,6 @@ import tf_keras as keras
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import RLConfig
 from gnmt_tf.decoding.greedy import source_lengths
-from gnmt_tf.quantization.weights import embedding_lookup
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -115,7 +114,7 @@ def sequence_log_probs(
     output_ids = tf.convert_to_tensor(output_ids, tf.int32)
     inputs = teacher_forcing_inputs(output_ids)
     logits, _ = model.decoder(
-        embedding_lookup(model.target_embedding, inputs),
+        model.embed_target(inputs),
         mask=tf.not_equal(inputs, PAD_ID),
         memory=memory,
         training=training,
@@ -157,7 +156,7 @@ class MixedObjective:
 
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         mask = tf.not_equal(source_ids, PAD_ID)
-        outputs = model.encoder(embedding_lookup(model.source_embedding, source_ids), mask=mask, training=training)
+        outputs = model.encoder(model.embed_source(source_ids), mask=mask, training=training)
         memory = model.decoder.attention.memory(outputs, mask)
         sample_log_probs = sequence_log_probs(
             model, repeat_memory(memory, m), samples, training=training, sampling_distribution=True
