@@ -35,8 +35,8 @@ from tensorflow_serving.apis import (
 )
 
 from serving.config import (
-    ConfigError,
     Limits,
+    ServingConfigError,
     parse_batching_parameters,
     parse_model_config,
     single_model_config,
@@ -594,9 +594,9 @@ def test_config_files_and_flags(tmp_path, capsys):
         "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\nallowed_batch_sizes: [8, 32]\n")
     assert (options.max_batch_size, options.batch_timeout_micros, options.num_batch_threads,
             options.max_enqueued_batches, options.allowed_batch_sizes) == (32, 5000, 2, 100, (8, 32))
-    with pytest.raises(ConfigError, match='has no field named "max_batch_sise"'):
+    with pytest.raises(ServingConfigError, match='has no field named "max_batch_sise"'):
         parse_batching_parameters("max_batch_sise { value: 32 }")
-    with pytest.raises(ConfigError, match="max_batch_size must be >= 1"):
+    with pytest.raises(ServingConfigError, match="max_batch_size must be >= 1"):
         parse_batching_parameters("max_batch_size { value: 0 }")
 
     models = parse_model_config("""
@@ -614,9 +614,9 @@ def test_config_files_and_flags(tmp_path, capsys):
                           ('model_config_list { config { name: "a" base_path: "/x" model_platform: "onnx" } }',
                            "model_platform 'onnx' is not supported"),
                           ("bogus: 1", "not a valid ModelServerConfig")]:
-        with pytest.raises(ConfigError, match=re.escape(message)):
+        with pytest.raises(ServingConfigError, match=re.escape(message)):
             parse_model_config(text)
-    with pytest.raises(ConfigError, match="must be a positive integer"):
+    with pytest.raises(ServingConfigError, match="must be a positive integer"):
         Limits(max_batch_sentences=0)
 
     bad = tmp_path / "batching.config"
