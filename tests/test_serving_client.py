@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import copy_version
 
-from serving.client import GrpcClient, RestClient, ServingError
+from serving.client import GrpcClient, RestClient, ServingRequestError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -96,10 +96,10 @@ def test_status_metadata_and_errors(client):
     assert {"serving_default", "translate_with_options", "translate_nbest"} <= set(signatures)
     assert client.translate([]) == []
     unknown = type(client)(getattr(client, "url", None) or client.target, "no_such_model", timeout=30, retries=0)
-    with pytest.raises(ServingError) as caught:
+    with pytest.raises(ServingRequestError) as caught:
         unknown.translate(["one"])
     assert caught.value.code in (404, "NOT_FOUND")
-    with pytest.raises(ServingError) as caught:
+    with pytest.raises(ServingRequestError) as caught:
         client.translate(["one"], version=99)
     assert caught.value.code in (404, "NOT_FOUND")
 
@@ -112,7 +112,7 @@ def test_unavailable_server_is_retried_with_backoff_then_reported(kind):
         client = RestClient(f"http://127.0.0.1:{port}", "gnmt", timeout=5, retries=3, backoff=0.1, sleep=waits.append)
     else:
         client = GrpcClient(f"127.0.0.1:{port}", "gnmt", timeout=5, retries=3, backoff=0.1, sleep=waits.append)
-    with pytest.raises(ServingError, match="unavailable after 4 attempt") as caught:
+    with pytest.raises(ServingRequestError, match="unavailable after 4 attempt") as caught:
         client.translate(["one"])
     assert caught.value.code == "UNAVAILABLE"
     assert waits == pytest.approx([0.1, 0.2, 0.4])
