@@ -12,7 +12,7 @@ from conftest import copy_version
 
 from serving.client import GrpcClient, RestClient, ServingRequestError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "nine", "zero zero seven five two one", "eight six"]
 

@@ -44,7 +44,7 @@ from serving.config import (
 from serving.rest import response_json
 from serving.server import ModelServer, main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 GOOD = {"instances": ["three one four"]}
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
