@@ -112,7 +112,7 @@ class _Client:
 
     def translate_nbest(self, sentences: Sequence[str], alpha: float = 0.2, beta: float = 0.2,
                         beamsize: float = 3.0, version: Optional[int] = None) -> List[List[NBestEntry]]:
-        """n-best lists (best first) per sentence; entries padded by the model (empty text) are dropped."""
+        """n-best lists (best first) per sentence: all the model's n_best entries (fixed at export)."""
         sentences = _check_sentences(sentences)
         if not sentences:
             return []
