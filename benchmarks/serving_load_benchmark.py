@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from serving.client import GrpcClient, RestClient, ServingError  # noqa: E402
+from serving.client import GrpcClient, RestClient, ServingRequestError  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -92,7 +92,7 @@ def load(protocol, ports, sentences, clients: int, seconds: float):
             started = time.monotonic()
             try:
                 client.translate([sentence])
-            except ServingError as err:
+            except ServingRequestError as err:
                 with lock:
                     failures.append(str(err))
                 continue

@@ -11,8 +11,8 @@ The same client talks to the real ``tensorflow_model_server`` and to the local
 
 Every call has a timeout; calls that fail because the server is unavailable
 (connection refused or reset, HTTP 503, gRPC UNAVAILABLE) are retried with
-exponential backoff; everything else raises :class:`ServingError` at once with
-the server's message.
+exponential backoff; everything else raises :class:`ServingRequestError` at once
+with the server's message.
 
     client = RestClient("http://localhost:8501", model="gnmt")
     client.translate(["Open the file"])         # -> [Translation(text=..., score=...)]
@@ -36,8 +36,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
-class ServingError(RuntimeError):
-    """A request failed; ``code`` is the HTTP status or the gRPC status name ("UNAVAILABLE", ...)."""
+class ServingRequestError(RuntimeError):
+    """A request to the model server failed, as the client saw it.
+
+    ``code`` is the HTTP status (REST) or the gRPC status name ("UNAVAILABLE", ...), whichever the
+    protocol gave, or None when no answer came (a timeout). Not :class:`serving.errors.ServingError`,
+    the local server's internal error: the client knows only TF Serving's protocol, not which server
+    answers it.
+    """
 
     def __init__(self, message: str, code: Any = None):
         super().__init__(message)
@@ -88,7 +94,7 @@ class _Client:
                 if not retryable(err):
                     raise
                 if attempt == self.retries:
-                    raise ServingError(
+                    raise ServingRequestError(
                         f"{what}: the server is unavailable after {attempt + 1} attempt(s): {err}", "UNAVAILABLE"
                     ) from err
                 self._sleep(self.backoff * 2**attempt)
@@ -106,7 +112,7 @@ class _Client:
 
     def translate_nbest(self, sentences: Sequence[str], alpha: float = 0.2, beta: float = 0.2,
                         beamsize: float = 3.0, version: Optional[int] = None) -> List[List[NBestEntry]]:
-        """n-best lists (best first) per sentence; entries padded by the model (empty text) are dropped."""
+        """n-best lists (best first) per sentence: all the model's n_best entries (fixed at export)."""
         sentences = _check_sentences(sentences)
         if not sentences:
             return []
@@ -164,9 +170,10 @@ class RestClient(_Client):
         try:
             return self._with_retries(call, _rest_retryable, f"{method} {url}")
         except urllib.error.HTTPError as err:
-            raise ServingError(f"{method} {url}: HTTP {err.code}: {_rest_error_message(err)}", err.code) from None
+            raise ServingRequestError(
+                f"{method} {url}: HTTP {err.code}: {_rest_error_message(err)}", err.code) from None
         except urllib.error.URLError as err:
-            raise ServingError(f"{method} {url}: {err.reason}") from None
+            raise ServingRequestError(f"{method} {url}: {err.reason}") from None
 
     def _predict(self, signature, sentences, scalars, version):
         inputs = {"sentences": sentences, **scalars}
@@ -250,7 +257,8 @@ class GrpcClient(_Client):
         try:
             return self._with_retries(lambda: method(request, timeout=self.timeout), retryable, what)
         except grpc.RpcError as err:
-            raise ServingError(f"{what}: {err.code().name}: {err.details()}", err.code().name) from None
+            raise ServingRequestError(
+                f"{what}: {err.code().name}: {err.details()}", err.code().name) from None
 
     def _predict(self, signature, sentences, scalars, version):
         import tensorflow as tf
@@ -355,7 +363,7 @@ def main(argv=None) -> int:
             for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version):
                 print(f"{result.score:.4f}\t{result.text}" if args.scores else result.text)
             sys.stdout.flush()
-    except (ServingError, ValueError, TypeError) as err:
+    except (ServingRequestError, ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

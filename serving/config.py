@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 
-class ConfigError(ValueError):
-    """A configuration file or flag that cannot be served as given."""
+class ServingConfigError(ValueError):
+    """A server flag, model config file or batching parameters file that cannot be served as given.
+
+    (Not :class:`gnmt_tf.config.ConfigError`, which is about the training config.)
+    """
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -49,20 +52,25 @@ class VersionPolicy:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ServedModelConfig:
+    """One model the server serves: an entry of TF Serving's ``model_config_list`` (ModelConfig proto).
+
+    (Not :class:`gnmt_tf.config.ModelConfig`, the network's hyperparameters.)
+    """
+
     name: str
     base_path: str
     policy: VersionPolicy = VersionPolicy()
     labels: Dict[str, int] = field(default_factory=dict)
 
 
-def single_model_config(name: str, base_path: str) -> ModelConfig:
+def single_model_config(name: str, base_path: str) -> ServedModelConfig:
     """``--model_name`` / ``--model_base_path``."""
     if not name:
-        raise ConfigError("--model_name must not be empty")
+        raise ServingConfigError("--model_name must not be empty")
     if not base_path:
-        raise ConfigError("--model_base_path must not be empty")
-    return ModelConfig(name=name, base_path=os.path.abspath(base_path))
+        raise ServingConfigError("--model_base_path must not be empty")
+    return ServedModelConfig(name=name, base_path=os.path.abspath(base_path))
 
 
 def parse_model_config(text: str, source: str = "model config") -> list:
@@ -74,28 +82,31 @@ def parse_model_config(text: str, source: str = "model config") -> list:
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as error:
-        raise ConfigError(f"{source}: not a valid ModelServerConfig text proto: {error}") from None
+        raise ServingConfigError(f"{source}: not a valid ModelServerConfig text proto: {error}") from None
     kind = config.WhichOneof("config")
     if kind == "custom_model_config":
-        raise ConfigError(f"{source}: custom_model_config is not supported; use model_config_list")
+        raise ServingConfigError(f"{source}: custom_model_config is not supported; use model_config_list")
     if kind is None or not config.model_config_list.config:
-        raise ConfigError(f"{source}: no models (expected model_config_list {{ config {{ name: ... base_path: ... }} }})")
+        raise ServingConfigError(
+            f"{source}: no models (expected model_config_list {{ config {{ name: ... base_path: ... }} }})")
     models, names = [], set()
     for index, entry in enumerate(config.model_config_list.config):
         where = f"{source}: model {index + 1}"
         if not entry.name:
-            raise ConfigError(f"{where}: name is empty")
+            raise ServingConfigError(f"{where}: name is empty")
         where = f"{source}: model {entry.name!r}"
         if entry.name in names:
-            raise ConfigError(f"{where}: the name is used twice")
+            raise ServingConfigError(f"{where}: the name is used twice")
         names.add(entry.name)
         if "/" in entry.name or ":" in entry.name:
-            raise ConfigError(f"{where}: the name must not contain '/' or ':' (it is part of REST paths)")
+            raise ServingConfigError(
+                f"{where}: the name must not contain '/' or ':' (it is part of REST paths)")
         if not entry.base_path:
-            raise ConfigError(f"{where}: base_path is empty")
+            raise ServingConfigError(f"{where}: base_path is empty")
         if entry.model_platform not in ("", "tensorflow"):
-            raise ConfigError(f"{where}: model_platform {entry.model_platform!r} is not supported; only \"tensorflow\"")
-        models.append(ModelConfig(
+            raise ServingConfigError(
+                f"{where}: model_platform {entry.model_platform!r} is not supported; only \"tensorflow\"")
+        models.append(ServedModelConfig(
             name=entry.name,
             base_path=os.path.abspath(entry.base_path),
             policy=_policy(entry, where),
@@ -113,7 +124,7 @@ def _policy(entry, where: str) -> VersionPolicy:
     if choice == "specific":
         versions = tuple(entry.model_version_policy.specific.versions)
         if not versions:
-            raise ConfigError(f"{where}: model_version_policy specific {{}} lists no versions")
+            raise ServingConfigError(f"{where}: model_version_policy specific {{}} lists no versions")
         return VersionPolicy("specific", versions=versions)
     num = entry.model_version_policy.latest.num_versions if choice == "latest" else 0
     return VersionPolicy("latest", num_versions=num or 1)
@@ -124,7 +135,7 @@ def _read_flag_file(path: str, flag: str) -> str:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read {flag} {path}: {error}") from None
+        raise ServingConfigError(f"cannot read {flag} {path}: {error}") from None
 
 
 def load_model_config_file(path: str) -> list:
@@ -222,7 +233,8 @@ def parse_batching_parameters(text: str, source: str = "batching parameters") ->
         text_format.Parse(text, params)
     except text_format.ParseError as error:
         known = ", ".join(f.name for f in params.DESCRIPTOR.fields)
-        raise ConfigError(f"{source}: not valid BatchingParameters: {error} (known fields: {known})") from None
+        raise ServingConfigError(
+            f"{source}: not valid BatchingParameters: {error} (known fields: {known})") from None
     defaults = BatchingOptions()
 
     def value(name, default):
@@ -241,22 +253,25 @@ def parse_batching_parameters(text: str, source: str = "batching parameters") ->
     )
     for name in ("max_batch_size", "max_enqueued_batches", "num_batch_threads"):
         if getattr(options, name) < 1:
-            raise ConfigError(f"{source}: {name} must be >= 1, got {getattr(options, name)}")
+            raise ServingConfigError(f"{source}: {name} must be >= 1, got {getattr(options, name)}")
     if options.batch_timeout_micros < 0:
-        raise ConfigError(f"{source}: batch_timeout_micros must be >= 0, got {options.batch_timeout_micros}")
+        raise ServingConfigError(
+            f"{source}: batch_timeout_micros must be >= 0, got {options.batch_timeout_micros}")
     if options.max_execution_batch_size is not None:
         if not options.enable_large_batch_splitting:
-            raise ConfigError(f"{source}: max_execution_batch_size needs enable_large_batch_splitting {{ value: true }}")
+            raise ServingConfigError(
+                f"{source}: max_execution_batch_size needs enable_large_batch_splitting {{ value: true }}")
         if not 1 <= options.max_execution_batch_size <= options.max_batch_size:
-            raise ConfigError(f"{source}: max_execution_batch_size must be between 1 and max_batch_size "
-                              f"({options.max_batch_size}), got {options.max_execution_batch_size}")
+            raise ServingConfigError(f"{source}: max_execution_batch_size must be between 1 and max_batch_size "
+                                     f"({options.max_batch_size}), got {options.max_execution_batch_size}")
     sizes = options.allowed_batch_sizes
     if sizes:
         if any(b <= a for a, b in zip(sizes, sizes[1:])) or sizes[0] < 1:
-            raise ConfigError(f"{source}: allowed_batch_sizes must be positive and increasing, got {list(sizes)}")
+            raise ServingConfigError(
+                f"{source}: allowed_batch_sizes must be positive and increasing, got {list(sizes)}")
         if sizes[-1] != options.execution_batch_size:
-            raise ConfigError(f"{source}: the last allowed_batch_sizes entry ({sizes[-1]}) must equal "
-                              f"max_batch_size ({options.execution_batch_size})")
+            raise ServingConfigError(f"{source}: the last allowed_batch_sizes entry ({sizes[-1]}) must equal "
+                                     f"max_batch_size ({options.execution_batch_size})")
     return options
 
 
@@ -287,4 +302,4 @@ class Limits:
         for name in ("max_batch_sentences", "max_sentence_bytes", "max_request_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"--{name} must be a positive integer, got {value!r}")
+                raise ServingConfigError(f"--{name} must be a positive integer, got {value!r}")

@@ -11,7 +11,7 @@ import contextlib
 import threading
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-from serving.config import BatchingOptions, Limits, ModelConfig
+from serving.config import BatchingOptions, Limits, ServedModelConfig
 from serving.errors import ServingError, invalid, not_found
 from serving.models import LoadedVersion, ModelManager
 
@@ -21,7 +21,7 @@ class StartupError(RuntimeError):
 
 
 class ServingCore:
-    def __init__(self, models: Sequence[ModelConfig], limits: Limits = Limits(),
+    def __init__(self, models: Sequence[ServedModelConfig], limits: Limits = Limits(),
                  batching: Optional[BatchingOptions] = None, poll_seconds: float = 1.0,
                  replay_warmup_file: bool = True, unload_timeout: float = 30.0, log: Callable[[str], None] = print):
         names = [m.name for m in models]

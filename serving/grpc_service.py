@@ -17,6 +17,7 @@ UNIMPLEMENTED, INTERNAL.
 
 from __future__ import annotations
 
+import socket
 import traceback
 from concurrent import futures
 from typing import Callable, Optional
@@ -139,9 +140,9 @@ class GrpcServer:
         try:
             bound = self._server.add_insecure_port(address)
         except RuntimeError as error:
-            raise OSError(f"cannot listen for gRPC on {address}: {error}") from None
+            raise OSError(f"cannot listen for gRPC on {address}: {_bind_failure(host, port) or error}") from None
         if not bound:
-            raise OSError(f"cannot listen for gRPC on {address}")
+            raise OSError(f"cannot listen for gRPC on {address}: {_bind_failure(host, port) or 'bind failed'}")
         self.host = host
         self.port = bound
 
@@ -151,3 +152,18 @@ class GrpcServer:
     def stop(self, grace: Optional[float]):
         """Refuses new calls at once; in-flight calls get ``grace`` seconds. Returns a threading.Event."""
         return self._server.stop(grace)
+
+
+def _bind_failure(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, in the operating system's words ("Address already in use").
+
+    gRPC's own error only says that binding failed; a plain socket bound to the same address
+    gets the reason. Empty if that bind succeeds (the address was freed in between).
+    """
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, protocol) as probe:
+            probe.bind(address)
+    except OSError as error:
+        return error.strerror or str(error)
+    return ""

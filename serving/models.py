@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from serving.batching import Batcher
-from serving.config import BatchingOptions, Limits, ModelConfig
+from serving.config import BatchingOptions, Limits, ServedModelConfig
 from serving.errors import ServingError, clean_tf_message, from_exception, invalid, not_found
 from serving.tensors import check_input_names, check_outputs, proto_to_array, validate_inputs
 
@@ -319,7 +319,7 @@ STATES = ("START", "LOADING", "AVAILABLE", "UNLOADING", "END")
 class ModelManager:
     """The versions of one model: polls its base path, loads, switches, unloads, reports states."""
 
-    def __init__(self, config: ModelConfig, limits: Limits, batching: Optional[BatchingOptions] = None,
+    def __init__(self, config: ServedModelConfig, limits: Limits, batching: Optional[BatchingOptions] = None,
                  log: Callable[[str], None] = print, replay_warmup_file: bool = True, unload_timeout: float = 30.0):
         self.config = config
         self.name = config.name

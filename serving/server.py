@@ -44,9 +44,9 @@ from typing import Callable, Optional, Sequence
 
 from serving.config import (
     BatchingOptions,
-    ConfigError,
     Limits,
-    ModelConfig,
+    ServedModelConfig,
+    ServingConfigError,
     load_batching_parameters_file,
     load_model_config_file,
     single_model_config,
@@ -71,7 +71,8 @@ class ModelServer:
         grace_seconds: how long :meth:`stop` lets in-flight requests run.
     """
 
-    def __init__(self, models: Sequence[ModelConfig], *, port: int = 8500, rest_api_port: Optional[int] = 8501,
+    def __init__(self, models: Sequence[ServedModelConfig], *, port: int = 8500,
+                 rest_api_port: Optional[int] = 8501,
                  grpc_host: str = "127.0.0.1", rest_api_host: str = "127.0.0.1",
                  batching: Optional[BatchingOptions] = None, limits: Limits = Limits(), poll_seconds: float = 1.0,
                  replay_warmup_file: bool = True, grace_seconds: float = 20.0,
@@ -254,26 +255,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure(args) -> dict:
-    """ModelServer keyword arguments from parsed flags (raises ConfigError)."""
+    """ModelServer keyword arguments from parsed flags (raises ServingConfigError)."""
     if args.model_config_file:
         models = load_model_config_file(args.model_config_file)
     elif args.model_base_path:
         models = [single_model_config(args.model_name, args.model_base_path)]
     else:
-        raise ConfigError("Both --model_config_file and --model_base_path are empty: give one of them")
+        raise ServingConfigError("Both --model_config_file and --model_base_path are empty: give one of them")
     batching = None
     if args.batching_parameters_file and not args.enable_batching:
-        raise ConfigError("--batching_parameters_file is given but --enable_batching is not")
+        raise ServingConfigError("--batching_parameters_file is given but --enable_batching is not")
     if args.enable_batching:
         batching = (load_batching_parameters_file(args.batching_parameters_file) if args.batching_parameters_file
                     else BatchingOptions())
     for flag in ("port", "rest_api_port"):
         if not 0 <= getattr(args, flag) <= 65535:
-            raise ConfigError(f"--{flag} must be between 0 and 65535, got {getattr(args, flag)}")
+            raise ServingConfigError(f"--{flag} must be between 0 and 65535, got {getattr(args, flag)}")
     if args.rest_api_port and args.rest_api_port == args.port and args.rest_api_host == args.grpc_host:
-        raise ConfigError(f"--port and --rest_api_port are both {args.port}; give them different ports")
+        raise ServingConfigError(
+            f"--port and --rest_api_port are both {args.port}; give them different ports")
     if args.shutdown_grace_seconds < 0:
-        raise ConfigError("--shutdown_grace_seconds must be >= 0")
+        raise ServingConfigError("--shutdown_grace_seconds must be >= 0")
     limits = Limits(args.max_batch_sentences, args.max_sentence_bytes, args.max_request_bytes)
     return dict(
         models=models, port=args.port, rest_api_port=args.rest_api_port or None, grpc_host=args.grpc_host,
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         options = configure(args)
-    except ConfigError as error:
+    except ServingConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     log = stderr_log

@@ -3,7 +3,7 @@
 Every ``python -m MODULE ...`` in a ```sh block of README.md and docs/*.md is parsed with that
 module's ``build_parser()``, so a renamed or removed flag fails here; the Python blocks of
 docs/python_api.md run against a trained model. (The curl calls of docs/serving.md run against
-the local server in tests/test_serving_client.py.)
+the local server in tests/serving/test_serving_client.py.)
 """
 
 import contextlib

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVING = os.path.join(ROOT, "serving")
 SCRIPT = os.path.join(SERVING, "run_tf_serving.sh")
 

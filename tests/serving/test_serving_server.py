@@ -1,5 +1,5 @@
 """The local TF-Serving-compatible server (serving/): REST and gRPC protocols, bad input, version swaps
-under load, batching, and draining on SIGTERM.
+under load, batching, its command line (flag errors, a port already taken, draining on SIGTERM and SIGINT).
 
 The REST bodies are TF Serving's documented ones ("RESTful API" of tensorflow/serving), the gRPC
 calls use the tensorflow-serving-api stubs; answers are compared with the SavedModel called
@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -22,8 +21,10 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import copy_version
 import tensorflow as tf
+from conftest import copy_version
+from helpers import run_side_by_side
+from serving_helpers import ENV, ServerProcess, free_port, savedmodel_signatures, wait_for
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -35,17 +36,15 @@ from tensorflow_serving.apis import (
 )
 
 from serving.config import (
-    ConfigError,
     Limits,
+    ServingConfigError,
     parse_batching_parameters,
     parse_model_config,
     single_model_config,
 )
 from serving.rest import response_json
-from serving.server import ModelServer, main
+from serving.server import ModelServer, build_parser, configure, main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 GOOD = {"instances": ["three one four"]}
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
 
@@ -67,15 +66,7 @@ def exported(exported_number_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def direct(exported):
     """The SavedModel's signatures called in this process: (signature, sentences, **scalars) -> outputs."""
-    loaded = tf.saved_model.load(os.path.join(exported, "1"))
-
-    def call(signature, sentences, **scalars):
-        inputs = {"sentences": tf.constant(sentences, tf.string)}
-        inputs.update({name: tf.constant(value, tf.float32) for name, value in scalars.items()})
-        outputs = loaded.signatures[signature](**inputs)
-        return {name: value.numpy() for name, value in outputs.items()}
-
-    return call
+    return savedmodel_signatures(os.path.join(exported, "1"))
 
 
 @pytest.fixture(scope="module")
@@ -134,16 +125,6 @@ def predict_request(sentences, model="gnmt", signature="", version=None, **scala
 
 def texts(proto):
     return [t.decode("utf-8") for t in tf.make_ndarray(proto)]
-
-
-def wait_for(condition, timeout=90.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
 
 
 # ---------------------------------------------------------------------------------------------- REST
@@ -588,15 +569,15 @@ def test_large_batch_splitting(exported):
 
 
 # ---------------------------------------------------------------------------------------------- config
-def test_config_files_and_flags(tmp_path, capsys):
+def test_config_files_and_limits():
     options = parse_batching_parameters(
         "# TF Serving's format\nmax_batch_size { value: 32 }\nbatch_timeout_micros { value: 5000 }\n"
         "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\nallowed_batch_sizes: [8, 32]\n")
     assert (options.max_batch_size, options.batch_timeout_micros, options.num_batch_threads,
             options.max_enqueued_batches, options.allowed_batch_sizes) == (32, 5000, 2, 100, (8, 32))
-    with pytest.raises(ConfigError, match='has no field named "max_batch_sise"'):
+    with pytest.raises(ServingConfigError, match='has no field named "max_batch_sise"'):
         parse_batching_parameters("max_batch_sise { value: 32 }")
-    with pytest.raises(ConfigError, match="max_batch_size must be >= 1"):
+    with pytest.raises(ServingConfigError, match="max_batch_size must be >= 1"):
         parse_batching_parameters("max_batch_size { value: 0 }")
 
     models = parse_model_config("""
@@ -614,99 +595,210 @@ def test_config_files_and_flags(tmp_path, capsys):
                           ('model_config_list { config { name: "a" base_path: "/x" model_platform: "onnx" } }',
                            "model_platform 'onnx' is not supported"),
                           ("bogus: 1", "not a valid ModelServerConfig")]:
-        with pytest.raises(ConfigError, match=re.escape(message)):
+        with pytest.raises(ServingConfigError, match=re.escape(message)):
             parse_model_config(text)
-    with pytest.raises(ConfigError, match="must be a positive integer"):
+    with pytest.raises(ServingConfigError, match="must be a positive integer"):
         Limits(max_batch_sentences=0)
 
-    bad = tmp_path / "batching.config"
-    bad.write_text("max_batch_size { value: 8 }\nfrobnicate: 1\n")
-    assert main(["--model_base_path", str(tmp_path), "--enable_batching", "--batching_parameters_file", str(bad)]) == 2
-    assert 'has no field named "frobnicate"' in capsys.readouterr().err
-    assert main([]) == 2
-    assert "Both --model_config_file and --model_base_path are empty" in capsys.readouterr().err
-    assert main(["--model_base_path", str(tmp_path), "--batching_parameters_file", str(bad)]) == 2
-    assert "--enable_batching is not" in capsys.readouterr().err
+
+BAD_FLAGS = [
+    # (id, flags; {base}: an existing directory, {file}: the file the case writes, {missing}: no such file,
+    #  part of the error message)
+    ("no_model", [], "Both --model_config_file and --model_base_path are empty"),
+    ("empty_model_name", ["--model_name", "", "--model_base_path", "{base}"],
+     "--model_name must not be empty"),
+    ("port_too_large", ["--model_base_path", "{base}", "--port", "70000"],
+     "--port must be between 0 and 65535, got 70000"),
+    ("negative_rest_port", ["--model_base_path", "{base}", "--rest_api_port", "-1"],
+     "--rest_api_port must be between 0 and 65535, got -1"),
+    ("same_ports", ["--model_base_path", "{base}", "--port", "9000", "--rest_api_port", "9000"],
+     "--port and --rest_api_port are both 9000; give them different ports"),
+    ("negative_grace", ["--model_base_path", "{base}", "--shutdown_grace_seconds", "-1"],
+     "--shutdown_grace_seconds must be >= 0"),
+    ("zero_batch_sentences", ["--model_base_path", "{base}", "--max_batch_sentences", "0"],
+     "--max_batch_sentences must be a positive integer, got 0"),
+    ("missing_config_file", ["--model_config_file", "{missing}"], "cannot read --model_config_file"),
+    ("invalid_config_file", ["--model_config_file", "{file}"], "not a valid ModelServerConfig text proto"),
+    ("batching_file_without_batching",
+     ["--model_base_path", "{base}", "--batching_parameters_file", "{file}"],
+     "--batching_parameters_file is given but --enable_batching is not"),
+    ("invalid_batching_file",
+     ["--model_base_path", "{base}", "--enable_batching", "--batching_parameters_file", "{file}"],
+     'has no field named "frobnicate"'),
+    ("missing_batching_file",
+     ["--model_base_path", "{base}", "--enable_batching", "--batching_parameters_file", "{missing}"],
+     "cannot read --batching_parameters_file"),
+]
+
+
+@pytest.mark.parametrize("flags, message", [case[1:] for case in BAD_FLAGS],
+                         ids=[case[0] for case in BAD_FLAGS])
+def test_bad_flags_exit_2_with_a_clear_message(tmp_path, capsys, flags, message):
+    """Checked before anything loads or binds: main() returns at once (no server to stop)."""
+    bad_file = tmp_path / "bad.config"
+    bad_file.write_text("max_batch_size { value: 8 }\nfrobnicate: 1\n")  # neither a model config nor batching
+    paths = {"{base}": str(tmp_path), "{file}": str(bad_file), "{missing}": str(tmp_path / "missing.config")}
+    assert main([paths.get(flag, flag) for flag in flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+    (["--enable_batching", "maybe"], "expected true or false, got 'maybe'"),
+    (["--model_base_path", "x", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+])
+def test_malformed_flags_are_usage_errors(capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(flags)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m serving.server") and message in err
+
+
+def test_model_config_file_wins_over_model_flags(tmp_path, capsys):
+    """As tensorflow_model_server: with --model_config_file, --model_name/--model_base_path are ignored."""
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list { config { name: "from_file" base_path: "/models/a" } }')
+    args = build_parser().parse_args(["--model_config_file", str(config), "--model_name", "from_flags",
+                                      "--model_base_path", str(tmp_path), "--rest_api_port", "0"])
+    options = configure(args)
+    assert [(m.name, m.base_path) for m in options["models"]] == [("from_file", "/models/a")]
+    assert options["rest_api_port"] is None  # --rest_api_port 0 disables REST, as in tensorflow_model_server
+    assert capsys.readouterr() == ("", "")
+
+
+def test_help_lists_the_flags_and_the_differences(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--port", "--rest_api_port", "--model_config_file", "--batching_parameters_file",
+                 "--file_system_poll_wait_seconds", "--rest_api_host", "--grpc_host", "--max_batch_sentences",
+                 "--max_sentence_bytes", "--max_request_bytes", "binds 0.0.0.0"):
+        assert flag in out
 
 
 # ---------------------------------------------------------------------------------------------- process
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_cli_startup_failures_exit_1_with_a_clear_message(tmp_path):
+    """A corrupt only version, a gRPC port or a REST port already taken: exit 1, a clear error, no traceback.
+
+    The three processes run side by side. The servers that meet a taken port serve a base path with
+    no version yet: they load models before they bind (as tensorflow_model_server), and an empty base
+    path, served once a version appears, lets them reach the ports without the seconds of a load.
+    """
+    os.makedirs(tmp_path / "empty")
+    os.makedirs(tmp_path / "broken" / "1")
+    (tmp_path / "broken" / "1" / "saved_model.pb").write_bytes(b"\x00garbage")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = ["timeout", "-k", "10", "120", sys.executable, "-m", "serving.server"]
+        model = ["--model_name", "gnmt", "--model_base_path", str(tmp_path / "empty")]
+        broken, grpc_taken, rest_taken = run_side_by_side(
+            ([*command, "--port", "0", "--rest_api_port", "0",
+              "--model_name", "broken", "--model_base_path", str(tmp_path / "broken")], None),
+            ([*command, "--port", str(port), "--rest_api_port", "0", *model], None),
+            ([*command, "--port", "0", "--rest_api_port", str(port), *model], None),
+            env=ENV, timeout=150)
+    # The only version is corrupt: like tensorflow_model_server, the server does not start.
+    assert broken.returncode == 1, broken.stderr[-2000:]
+    assert "did not become available" in broken.stderr and "broken version 1 failed to load" in broken.stderr
+    for result, front_end in [(grpc_taken, "gRPC"), (rest_taken, "REST")]:
+        message = f"error: cannot listen for {front_end} on 127.0.0.1:{port}: Address already in use"
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert message in result.stderr, result.stderr[-2000:]
+    for result in (broken, grpc_taken, rest_taken):
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
-def test_cli_serves_a_config_file_and_drains_on_sigterm(exported, score_of, tmp_path):
-    config = tmp_path / "models.config"
+@pytest.fixture(scope="module")
+def draining_servers(exported, tmp_path_factory):
+    """Two ``python -m serving.server`` processes started side by side, one to stop with each signal.
+
+    Both batch with a long batch timeout, which keeps a request in flight for seconds. The SIGTERM
+    one serves a --model_config_file with two models and stays behind a plain ``timeout`` (which
+    passes the signal on and may also signal the group: a repeated SIGTERM must not cut the drain
+    short); the SIGINT one uses --model_name/--model_base_path.
+    """
+    directory = tmp_path_factory.mktemp("draining")
+    config = directory / "models.config"
     config.write_text(
         "model_config_list {\n"
         f'  config {{ name: "gnmt" base_path: "{exported}" model_platform: "tensorflow" }}\n'
         f'  config {{ name: "gnmt_copy" base_path: "{exported}" model_platform: "tensorflow" }}\n'
         "}\n")
-    batching = tmp_path / "batching.config"  # a long batch timeout keeps a request in flight for seconds
+    batching = directory / "batching.config"
     batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 8000000 }\n"
                         "num_batch_threads { value: 1 }\n")
-    rest_port = _free_port()
-    command = ["timeout", "-k", "10", "150", sys.executable, "-m", "serving.server", "--port", "0",
-               "--rest_api_port", str(rest_port), "--model_config_file", str(config), "--enable_batching",
-               "--batching_parameters_file", str(batching), "--shutdown_grace_seconds", "30"]
-    process = subprocess.Popen(command, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stderr.readline, "")), daemon=True)
-    reader.start()
+    common = ["--port", "0", "--enable_batching", "--batching_parameters_file", str(batching),
+              "--shutdown_grace_seconds", "30"]
+    ports = {signal.SIGTERM: free_port(), signal.SIGINT: free_port()}
+    servers = {
+        signal.SIGTERM: ServerProcess(["--rest_api_port", str(ports[signal.SIGTERM]), "--model_config_file",
+                                       str(config), *common], watchdog_seconds=240),
+        signal.SIGINT: ServerProcess(["--rest_api_port", str(ports[signal.SIGINT]), "--model_name", "gnmt",
+                                      "--model_base_path", exported, *common], watchdog_seconds=240,
+                                     foreground=True),
+    }
     try:
-        started = wait_for(lambda: [line for line in lines if " serving gnmt" in line] or process.poll() is not None,
-                           timeout=120)
-        assert process.poll() is None, "".join(lines)[-3000:]
-        assert "gnmt (version 1), gnmt_copy (version 1)" in started[0]
-        grpc_port = int(re.search(r"Running gRPC ModelServer at 127\.0\.0\.1:(\d+)", "".join(lines))[1])
-
-        status, answer = rest(rest_port, "GET", "/v1/models/gnmt_copy")
-        assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
-
-        result = {}
-        in_flight = threading.Thread(target=lambda: result.update(
-            answer=rest(rest_port, "POST", "/v1/models/gnmt:predict", {"instances": ["three one four", "nine"]})))
-        start = time.monotonic()
-        in_flight.start()
-        time.sleep(1.5)
-        assert in_flight.is_alive()  # waiting for its batch
-        process.send_signal(signal.SIGTERM)  # `timeout` passes it on to the server
-        in_flight.join(60)
-        assert result["answer"] == (200, {"predictions": [
-            {"translations": "trois un quatre", "scores": score_of("three one four")},
-            {"translations": "neuf", "scores": score_of("nine")}]})
-        assert time.monotonic() - start < 8  # the drain ran the batch at once rather than after its timeout
-        assert process.wait(60) == 0, "".join(lines)[-3000:]
+        yield {number: (servers[number], ports[number]) for number in servers}
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
-    reader.join(10)
-    text = "".join(lines)
-    assert "received SIGTERM" in text and "stopped" in text and "cut off" not in text
+        for server in servers.values():
+            server.kill()
+
+
+def _drains_on(server, rest_port, number, score_of):
+    """Sends ``number`` while a request waits for its batch: the request is answered, then exit 0."""
+    result = {}
+    in_flight = threading.Thread(target=lambda: result.update(
+        answer=rest(rest_port, "POST", "/v1/models/gnmt:predict", {"instances": ["three one four", "nine"]})))
+    start = time.monotonic()
+    in_flight.start()
+    time.sleep(1.5)
+    assert in_flight.is_alive()  # waiting for its batch
+    server.send_signal(number)
+    in_flight.join(60)
+    assert result["answer"] == (200, {"predictions": [
+        {"translations": "trois un quatre", "scores": score_of("three one four")},
+        {"translations": "neuf", "scores": score_of("nine")}]})
+    assert time.monotonic() - start < 8  # the drain ran the batch at once rather than after its timeout
+    assert server.wait(60) == 0, server.log[-3000:]
+    text = server.log
+    assert f"received {number.name}" in text and "stopped" in text and "cut off" not in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", rest_port), timeout=5).close()
-    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
-    with pytest.raises(grpc.FutureTimeoutError):
-        grpc.channel_ready_future(channel).result(timeout=2)
-    channel.close()
 
 
-def test_cli_help_and_startup_failure(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "serving.server", "--help"], env=ENV, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0
-    for flag in ("--port", "--rest_api_port", "--model_config_file", "--batching_parameters_file",
-                 "--file_system_poll_wait_seconds", "--rest_api_host", "--grpc_host", "--max_batch_sentences",
-                 "--max_sentence_bytes", "--max_request_bytes", "binds 0.0.0.0"):
-        assert flag in result.stdout
-    # The only version is corrupt: like tensorflow_model_server, the server does not start.
-    os.makedirs(tmp_path / "broken" / "1")
-    (tmp_path / "broken" / "1" / "saved_model.pb").write_bytes(b"\x00garbage")
-    result = subprocess.run(
-        ["timeout", "-k", "10", "120", sys.executable, "-m", "serving.server", "--port", "0", "--rest_api_port", "0",
-         "--model_name", "broken", "--model_base_path", str(tmp_path / "broken")],
-        env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=150)
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "did not become available" in result.stderr and "broken version 1 failed to load" in result.stderr
+def _grpc_port_closed(port):
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(channel).result(timeout=2)
+    finally:
+        channel.close()
+
+
+def test_cli_serves_a_config_file_and_drains_on_sigterm(draining_servers, score_of):
+    server, rest_port = draining_servers[signal.SIGTERM]
+    started = server.wait_until_serving()
+    assert "gnmt (version 1), gnmt_copy (version 1)" in started
+    grpc_port = server.grpc_port
+    status, answer = rest(rest_port, "GET", "/v1/models/gnmt_copy")
+    assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
+    _drains_on(server, rest_port, signal.SIGTERM, score_of)
+    _grpc_port_closed(grpc_port)
+
+
+def test_cli_drains_on_sigint_and_says_it_stopped(draining_servers, score_of):
+    """Ctrl-C once: the same drain as SIGTERM (a second Ctrl-C would exit at once)."""
+    server, rest_port = draining_servers[signal.SIGINT]
+    assert "gnmt (version 1)" in server.wait_until_serving()
+    grpc_port = server.grpc_port
+    _drains_on(server, rest_port, signal.SIGINT, score_of)
+    assert re.search(r"^\S+ \S+ stopped$", server.log, re.MULTILINE), server.log[-3000:]  # "<time> stopped"
+    assert "received SIGINT again" not in server.log  # the watchdog passed the signal on once
+    _grpc_port_closed(grpc_port)
