@@ -2,7 +2,7 @@
 
 import sys
 
-from gnmt_tf.cli.translate import main
+from gnmt_tf.cli.translate import build_parser, main  # noqa: F401  (build_parser: the documented interface)
 
 if __name__ == "__main__":
     sys.exit(main())

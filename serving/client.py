@@ -35,6 +35,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+
 
 class ServingRequestError(RuntimeError):
     """A request to the model server failed, as the client saw it.
@@ -332,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
     parser.add_argument("--retries", type=int, default=3, help="retries when unavailable (default: %(default)s)")
+    add_verbose_argument(parser)
     return parser
 
 
@@ -340,6 +343,8 @@ def main(argv=None) -> int:
     if args.batch_size < 1:
         print("error: --batch-size must be at least 1", file=sys.stderr)
         return 2
+    if not args.rest:  # the gRPC protos come with TensorFlow; REST needs neither
+        start_tensorflow(args.verbose)
     try:
         if args.rest:
             client = RestClient(args.rest, args.model, timeout=args.timeout, retries=args.retries)

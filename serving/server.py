@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 from serving.config import (
     BatchingOptions,
     Limits,
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="largest REST body / gRPC message (default: %(default)s, gRPC's default limit)")
     ours.add_argument("--shutdown_grace_seconds", type=float, default=20.0,
                       help="on SIGTERM/SIGINT, how long in-flight requests may still run (default: %(default)s)")
+    add_verbose_argument(parser)
     return parser
 
 
@@ -287,12 +289,12 @@ def configure(args) -> dict:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         options = configure(args)
     except ServingConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    start_tensorflow(args.verbose)
     log = stderr_log
     if args.model_config_file and (args.model_base_path or args.model_name != "default"):
         log("--model_config_file is given: --model_name and --model_base_path are ignored")
