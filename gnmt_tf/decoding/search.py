@@ -11,8 +11,9 @@
 4. hands the step to the strategy, which picks the tokens to feed next, which row each
    new row continues (beam reordering) and which searches are done;
 5. reorders the decoder state by those rows and gathers the rows of done searches
-   away, so they stop costing compute; a generating search is done at its length
-   limit whatever the strategy says.
+   away, so they stop costing compute (for a strategy that does not reorder rows,
+   only at the steps where a search ended); a generating search is done at its
+   length limit whatever the strategy says.
 
 The loop ends when no search is running. The length limit of a search is
 ``ceil(max_length_ratio * source length)`` output tokens (section 7: at most twice
