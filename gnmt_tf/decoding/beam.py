@@ -158,8 +158,8 @@ class BeamSearch(DecodingStrategy):
         K = self.beam_width
         attention = tf.TensorShape([None, K, None, None]) if self.return_attention else ()
         return (
-            BeamLive(tf.TensorShape([None, K]), tf.TensorShape([None, K, None]), tf.TensorShape([None, K, None]),
-                     attention),
+            BeamLive(tf.TensorShape([None, K]), tf.TensorShape([None, K, None]),
+                     tf.TensorShape([None, K, None]), attention),
             BeamPool(tf.TensorShape([None, K]), tf.TensorShape([None, K]), tf.TensorShape([None, K, None]),
                      tf.TensorShape([None, K]), attention),
         )
@@ -187,8 +187,9 @@ class BeamSearch(DecodingStrategy):
             kth_best = tf.math.top_k(tf.reshape(candidates, [n_active, K * vocab]), k=K).values[:, K - 1 :]
             admitted = tf.logical_and(admitted, eos_log_probs >= kth_best)
         eos_scores = tf.where(admitted, eos_scores, NEG_INF)
-        pool, top_scores = self._merge_into_pool(pool, inputs.active, live, attention, eos_scores, eos_log_probs,
-                                                 length)
+        pool, top_scores = self._merge_into_pool(
+            pool, inputs.active, live, attention, eos_scores, eos_log_probs, length
+        )
 
         # Live: the best K non-EOS extensions.
         not_eos = tf.not_equal(tf.range(vocab), EOS_ID)
@@ -222,7 +223,8 @@ class BeamSearch(DecodingStrategy):
             results=pool,
         )
 
-    def _merge_into_pool(self, pool: BeamPool, active, live: BeamLive, attention, eos_scores, eos_log_probs, length):
+    def _merge_into_pool(self, pool: BeamPool, active, live: BeamLive, attention, eos_scores, eos_log_probs,
+                         length):
         """The pool with the running sentences' EOS extensions merged in (one step longer);
         also returns those sentences' new pool scores [A, K]."""
         K = self.beam_width

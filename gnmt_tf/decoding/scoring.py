@@ -117,9 +117,6 @@ class ForcedScoring(DecodingStrategy):
             width = tf.shape(ids)[1]
             missing = tf.maximum(width - tf.shape(totals.attention)[1], 0)  # PAD columns after every target
             attention = tf.pad(totals.attention, [[0, 0], [0, missing], [0, 0]])[:, :width]
-        return ScoringOutput(
-            log_probs=totals.log_probs,
-            scores=sequence_score(totals.log_probs, lengths, totals.coverage, source_mask, self.alpha, self.beta),
-            lengths=lengths,
-            attention=attention,
-        )
+        log_probs, coverage = totals.log_probs, totals.coverage
+        scores = sequence_score(log_probs, lengths, coverage, source_mask, self.alpha, self.beta)
+        return ScoringOutput(log_probs=log_probs, scores=scores, lengths=lengths, attention=attention)

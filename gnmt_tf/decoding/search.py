@@ -140,7 +140,9 @@ def repeat_rows(nest, times: int):
     return tf.nest.map_structure(repeat, nest) if times != 1 else nest
 
 
-def ban_special_tokens(scores: tf.Tensor, eos_only: Optional[tf.Tensor] = None, banned_value=NEG_INF) -> tf.Tensor:
+def ban_special_tokens(
+    scores: tf.Tensor, eos_only: Optional[tf.Tensor] = None, banned_value=NEG_INF
+) -> tf.Tensor:
     """``scores`` [..., V] (logits or log-probabilities) with PAD and BOS set to ``banned_value``.
 
     With ``eos_only`` (bool, broadcastable to ``scores``, e.g. [A, 1, 1]) every token but

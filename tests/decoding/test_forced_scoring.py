@@ -52,9 +52,8 @@ def test_forced_scores_match_numpy_and_ignore_the_generation_rules():
     alpha, beta = 0.6, 0.3
     step = table_step_fn(logits, attention)
     for ratio in (2.0, 0.5):  # the length limit does not apply to forced tokens
-        out = decode(step, {"row": tf.zeros([3])}, mask,
-                     ForcedScoring(targets, alpha=tf.constant(alpha), beta=tf.constant(beta), return_attention=True),
-                     max_length_ratio=ratio)
+        strategy = ForcedScoring(targets, tf.constant(alpha), tf.constant(beta), return_attention=True)
+        out = decode(step, {"row": tf.zeros([3])}, mask, strategy, max_length_ratio=ratio)
         assert out.attention.shape == (3, targets.shape[1], S)
         for row in range(3):
             log_p, score, length, att = numpy_scores(logits, attention, targets[row], mask[row], alpha, beta)
@@ -70,7 +69,8 @@ def test_forced_scores_match_numpy_and_ignore_the_generation_rules():
 
 # ----------------------------------------------------------------------------- a real GNMT
 def tiny_gnmt(vocab_size, seed, scale, input_feeding=False):
-    config = tiny_model_config(vocab_size=vocab_size, units=16, attention_units=8, input_feeding=input_feeding)
+    config = tiny_model_config(vocab_size=vocab_size, units=16, attention_units=8,
+                               input_feeding=input_feeding)
     model = GNMT(config)
     model.build()
     rng = np.random.default_rng(seed)
@@ -80,7 +80,9 @@ def tiny_gnmt(vocab_size, seed, scale, input_feeding=False):
 
 
 def sources():
-    return np.array([[4, 6, 8, EOS_ID, PAD_ID], [5, 7, 9, 4, EOS_ID], [6, EOS_ID, PAD_ID, PAD_ID, PAD_ID]], np.int32)
+    return np.array(
+        [[4, 6, 8, EOS_ID, PAD_ID], [5, 7, 9, 4, EOS_ID], [6, EOS_ID, PAD_ID, PAD_ID, PAD_ID]], np.int32
+    )
 
 
 def forced(model, source, targets, **kwargs):
@@ -94,13 +96,14 @@ def test_scoring_the_beam_searchs_n_best_returns_the_scores_it_reported(input_fe
     source = sources()
     alpha, beta, K = 0.6, 0.4, 4
     memory = model.encode(source)
-    best = decode(model.step, model.initial_state(memory), memory.mask,
-                  BeamSearch(K, alpha=alpha, beta=beta, beamsize=no_pruning(), n_best=K, return_attention=True))
+    search = BeamSearch(K, alpha=alpha, beta=beta, beamsize=no_pruning(), n_best=K, return_attention=True)
+    best = decode(model.step, model.initial_state(memory), memory.mask, search)
     assert np.all(best.lengths.numpy() > 0)  # every place filled: every rank is compared
     for rank in range(K):
         scored = forced(model, source, best.ids[:, rank], alpha=alpha, beta=beta, return_attention=True)
         np.testing.assert_array_equal(scored.lengths.numpy(), best.lengths[:, rank].numpy())
-        np.testing.assert_allclose(scored.log_probs.numpy(), best.log_probs[:, rank].numpy(), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(scored.log_probs.numpy(), best.log_probs[:, rank].numpy(), atol=1e-5,
+                                   rtol=0)
         np.testing.assert_allclose(scored.scores.numpy(), best.scores[:, rank].numpy(), atol=1e-5, rtol=0)
         np.testing.assert_allclose(scored.attention.numpy(), best.attention[:, rank].numpy(), atol=1e-5)
 
@@ -115,7 +118,8 @@ def test_forced_log_probs_agree_with_teacher_forcing():
     for row, n in enumerate(lengths):
         targets[row, : n - 1] = rng.integers(3, 10, n - 1)
         targets[row, n - 1] = EOS_ID
-    target_in = np.where(targets == PAD_ID, PAD_ID, np.concatenate([np.full((3, 1), BOS_ID), targets[:, :-1]], 1))
+    shifted = np.concatenate([np.full((3, 1), BOS_ID), targets[:, :-1]], axis=1)
+    target_in = np.where(targets == PAD_ID, PAD_ID, shifted)
     logits, attention = model.forward(source, target_in)
     log_softmax = tf.nn.log_softmax(logits).numpy()
     scored = forced(model, source, targets, alpha=0.0, beta=1.0, return_attention=True)

@@ -55,9 +55,9 @@ def numpy_greedy(logits_table, limit):
 
 
 def test_output_length_limits_by_hand():
-    mask = source_mask([3, 1, 5, 0 + 1], width=5)
+    mask = source_mask([3, 1, 5, 1], width=5)
     np.testing.assert_array_equal(output_length_limits(mask, 2.0).numpy(), [6, 2, 10, 2])
-    np.testing.assert_array_equal(output_length_limits(mask, 1.5).numpy(), [5, 2, 8, 2])  # ceil(4.5), ceil(1.5)
+    np.testing.assert_array_equal(output_length_limits(mask, 1.5).numpy(), [5, 2, 8, 2])  # ceil(4.5) ...
     np.testing.assert_array_equal(output_length_limits(mask, 0.1).numpy(), [1, 1, 1, 1])  # at least 1
     empty = np.zeros((1, 3), bool)
     assert output_length_limits(empty, 2.0).numpy().tolist() == [1]
