@@ -1,49 +1,33 @@
-"""Greedy decoding in the graph: the simplest search over ``GNMT.step``.
+"""Greedy search: the most probable token at every step (quick dev BLEU during training).
 
-Used for quick dev BLEU during training. Beam search with the paper's scoring
-(section 7) lives in :mod:`gnmt_tf.decoding.beam`.
+A :class:`~gnmt_tf.decoding.sampling.Sampler` of the one decoding loop,
+:func:`gnmt_tf.decoding.search.decode`, which bans PAD and BOS, allows only EOS at
+the length limit (so every output ends with EOS) and removes finished sentences.
+Beam search with the paper's scoring (section 7) is
+:class:`gnmt_tf.decoding.beam.BeamSearch`.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+from gnmt_tf.decoding.sampling import Sampler
+from gnmt_tf.decoding.search import decode
 
 
-def source_lengths(source_ids: tf.Tensor) -> tf.Tensor:
-    """Real (non-padding) tokens per sentence [batch]."""
-    return tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+class GreedySearch(Sampler):
+    """The most probable allowed token each step, until EOS (the only token allowed at the
+    length limit). Output: int32 ids [batch, steps] ending with EOS, PAD after it."""
+
+    def choose(self, log_probs):
+        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
 
 
 def greedy_decode(model, source_ids, max_length_ratio: float = 2.0) -> tf.Tensor:
-    """Most probable next token at every step, until EOS or ``max_length_ratio`` x source length.
+    """Greedy translations of source ids [batch, S] with a :class:`~gnmt_tf.models.gnmt.GNMT`.
 
-    Returns int32 ids [batch, max_steps] that end with EOS where the sentence
-    finished, padded with PAD after it.
+    Returns int32 ids [batch, max_steps] that end with EOS, padded with PAD after it;
+    an output has at most ``ceil(max_length_ratio * source length)`` tokens.
     """
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    batch = tf.shape(source_ids)[0]
-    limits = tf.cast(tf.math.ceil(tf.cast(source_lengths(source_ids), tf.float32) * max_length_ratio), tf.int32)
-    limits = tf.maximum(limits, 1)
-    max_steps = tf.reduce_max(limits)
-    state = model.initial_state(model.encode(source_ids, training=False))
-    tokens = tf.fill([batch], BOS_ID)
-    finished = tf.zeros([batch], tf.bool)
-    outputs = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
-
-    def condition(t, tokens, finished, state, outputs):
-        return tf.logical_and(t < max_steps, tf.logical_not(tf.reduce_all(finished)))
-
-    def body(t, tokens, finished, state, outputs):
-        logits, _, state = model.step(state, tokens)
-        next_tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        next_tokens = tf.where(finished, PAD_ID, next_tokens)
-        # A sentence that reaches its length limit ends with EOS.
-        next_tokens = tf.where(tf.logical_and(~finished, t + 1 >= limits), EOS_ID, next_tokens)
-        outputs = outputs.write(t, next_tokens)
-        finished = tf.logical_or(finished, tf.equal(next_tokens, EOS_ID))
-        return t + 1, next_tokens, finished, state, outputs
-
-    _, _, _, _, outputs = tf.while_loop(condition, body, (0, tokens, finished, state, outputs))
-    return tf.transpose(outputs.stack())
+    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), training=False)
+    return decode(model.step, model.initial_state(memory), memory.mask, GreedySearch(), max_length_ratio)

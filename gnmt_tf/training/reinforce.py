@@ -18,9 +18,10 @@ sample); it is the paper's estimator, and the factor, 14/15 for m = 15, only
 rescales the learning rate. The tests check the estimator against the exact
 gradient computed by enumerating every output of a tiny model.
 
-Samples come from the model's softmax inside the graph (``tf.random.categorical``
-over :meth:`GNMT.step`), never the padding or start symbols, until the
-end-of-sentence symbol or ``rl.max_length_ratio`` times the source length.
+Samples come from the model's softmax inside the graph (the decoding loop over
+:meth:`GNMT.step` with :class:`gnmt_tf.decoding.sampling.RandomSampling`), never the
+padding or start symbols, until the end-of-sentence symbol or ``rl.max_length_ratio``
+times the source length.
 They are then re-scored by teacher forcing, so the gradient of their
 log-probability comes from one parallel decoder pass rather than from back-
 propagating through the sampling loop.
@@ -39,8 +40,9 @@ import tf_keras as keras
 
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import RLConfig
-from gnmt_tf.decoding.greedy import source_lengths
-from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+from gnmt_tf.decoding.sampling import RandomSampling
+from gnmt_tf.decoding.search import ban_special_tokens, decode, repeat_rows
+from gnmt_tf.vocab import BOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -48,16 +50,9 @@ RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 _BANNED_LOGIT = -1e9
 
 
-def _ban_special(logits: tf.Tensor) -> tf.Tensor:
-    """Logits [..., V] with PAD and BOS made impossible, as beam search treats them."""
-    vocab = tf.shape(logits)[-1]
-    banned = tf.logical_or(tf.equal(tf.range(vocab), PAD_ID), tf.equal(tf.range(vocab), BOS_ID))
-    return tf.where(banned, tf.cast(_BANNED_LOGIT, logits.dtype), logits)
-
-
 def repeat_memory(memory: AttentionMemory, times: int) -> AttentionMemory:
     """Each sentence's memory ``times`` times in a row: rows b*times .. b*times + times-1."""
-    return AttentionMemory(*(tf.repeat(part, times, axis=0) for part in memory))
+    return repeat_rows(memory, times)
 
 
 def sample_outputs(
@@ -69,31 +64,9 @@ def sample_outputs(
     of sentence b. A sample ends with EOS when the model chose it, or stops without EOS at
     ``ceil(max_length_ratio * source length)`` tokens; PAD follows the end.
     """
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    limits = tf.cast(tf.math.ceil(tf.cast(source_lengths(source_ids), tf.float32) * max_length_ratio), tf.int32)
-    limits = tf.repeat(tf.maximum(limits, 1), num_samples)
-    rows = tf.shape(limits)[0]
-    max_steps = tf.reduce_max(limits)
-    memory = repeat_memory(model.encode(source_ids, training=False), num_samples)
-    state = model.initial_state(memory)
-    tokens = tf.fill([rows], BOS_ID)
-    finished = tf.zeros([rows], tf.bool)
-    outputs = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
-
-    def condition(t, tokens, finished, state, outputs):
-        return tf.logical_and(t < max_steps, tf.logical_not(tf.reduce_all(finished)))
-
-    def body(t, tokens, finished, state, outputs):
-        logits, _, state = model.step(state, tokens)
-        drawn = tf.random.categorical(_ban_special(logits), 1, dtype=tf.int32, seed=seed)[:, 0]
-        drawn = tf.where(finished, PAD_ID, drawn)
-        outputs = outputs.write(t, drawn)
-        finished = finished | tf.equal(drawn, EOS_ID) | (t + 1 >= limits)
-        return t + 1, drawn, finished, state, outputs
-
-    _, _, _, _, outputs = tf.while_loop(condition, body, (0, tokens, finished, state, outputs))
-    samples = tf.transpose(outputs.stack())
-    return tf.reshape(samples, [rows, -1])  # [rows, 0] when nothing ran keeps rank 2
+    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), training=False)
+    return decode(model.step, model.initial_state(memory), memory.mask, RandomSampling(num_samples, seed=seed),
+                  max_length_ratio)
 
 
 def teacher_forcing_inputs(output_ids: tf.Tensor) -> tf.Tensor:
@@ -120,7 +93,7 @@ def sequence_log_probs(
         training=training,
     )
     if sampling_distribution:
-        logits = _ban_special(logits)
+        logits = ban_special_tokens(logits, banned_value=_BANNED_LOGIT)
     token_log_probs = -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=output_ids, logits=logits)
     real = tf.cast(tf.not_equal(output_ids, PAD_ID), token_log_probs.dtype)
     return tf.reduce_sum(token_log_probs * real, axis=1)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf.decoding.beam import beam_search, coverage_penalty, length_penalty
+from gnmt_tf.decoding.beam import beam_search
+from gnmt_tf.decoding.penalties import coverage_penalty, length_penalty
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 from helpers import tiny_model_config
