@@ -7,8 +7,9 @@ place, so a server watching ``BASE/NAME`` never sees a half-written or
 unverified version, and a failed export leaves nothing behind.
 
 The check, before an export is declared done: dev sentences are translated
-with the exported artifact, as a client would load it, and with the Keras model
-through :class:`gnmt_tf.inference.translator.Translator` with the same beam settings.
+with the exported artifact, loaded from disk as a client would load it, and with
+the same translator in memory, :class:`gnmt_tf.inference.translator.Translator`
+over the model (the artifact is that translator's module, saved or converted).
 Float exports must give identical strings on a few sentences; int8 exports
 must keep corpus BLEU on the dev set (``dev.tsv`` in the model directory)
 within ``bleu_tolerance`` of the float model's.
@@ -37,7 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
-from gnmt_tf.inference.module import ExportableTranslator
+from gnmt_tf.inference.translator import TranslatorModule
 
 
 class ExportError(RuntimeError):
@@ -101,11 +102,11 @@ class Exporter:
     def __init__(self, request: ExportRequest):
         self.request = request
 
-    def module(self, model, tokenizer, decoding) -> ExportableTranslator:
+    def module(self, model, tokenizer, decoding) -> TranslatorModule:
         """The translator module this format converts."""
-        return ExportableTranslator(model, tokenizer, decoding)
+        return TranslatorModule(model, tokenizer, decoding)
 
-    def write(self, translator: ExportableTranslator, directory: str) -> None:
+    def write(self, translator: TranslatorModule, directory: str) -> None:
         raise NotImplementedError
 
     def translate(self, directory: str, sentences: Sequence[str]) -> List[str]:
@@ -126,7 +127,7 @@ class SavedModelExporter(Exporter):
         from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
-        return ExportableTranslator(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla)
+        return TranslatorModule(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla)
 
     def write(self, translator, directory):
         from export.warmup import translator_warmup_requests, write_warmup_requests

@@ -2,13 +2,13 @@
 
 Wordpiece tokenization, the GNMT encoder, beam search (section 7) and
 detokenization are converted together from
-:class:`gnmt_tf.inference.module.ExportableTranslator`'s ``translate``
+:class:`gnmt_tf.inference.translator.TranslatorModule`'s ``translate``
 function (the ``serving_default`` signature). The model uses only TFLite
 builtin ops plus the tensorflow-text custom ops, so it runs in LiteRT's
 ``InterpreterWithCustomOps`` with ``tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS``
 registered; no Flex (select TF) ops::
 
-    model = convert_to_tflite(ExportableTranslator(model, tokenizer, config.decoding))
+    model = convert_to_tflite(TranslatorModule(model, tokenizer, config.decoding))
     translator = TFLiteTranslator(model)
     texts, scores = translator.translate(["Open the file"])
 
@@ -195,7 +195,7 @@ def tflite_translate_function(translator_module):
 def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
 
-    ``translator_module`` is an :class:`gnmt_tf.inference.module.ExportableTranslator`. The result has
+    ``translator_module`` is an :class:`gnmt_tf.inference.translator.TranslatorModule`. The result has
     one signature, ``serving_default``: input ``sentences`` (string [batch]), outputs ``translations``
     (string [batch]) and ``scores`` (float32 [batch], eq. 14). Raises :class:`TFLiteConversionError`
     if the model would need any op other than the TFLite builtins and the tensorflow-text ops.

@@ -1,4 +1,4 @@
-"""What every command line shares: a quiet TensorFlow start and the ``--verbose`` flag.
+"""What the command lines share: a quiet TensorFlow start, ``--verbose``, and the model and search options.
 
 TensorFlow's C++ side prints its start-up lines (CUDA libraries not found, cuInit
 failing on a machine without a GPU, the CPU features it was built for) through absl
@@ -60,3 +60,58 @@ def start_tensorflow(verbose: bool = False) -> None:
             os.dup2(saved, 2)
             os.close(saved)
     tf.get_logger().setLevel("ERROR")  # TensorFlow's Python-side deprecation and retracing notices
+
+
+# ------------------------------------------------------------------ translate, evaluate, score
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which checkpoint, and how sentences are batched and truncated (translate, evaluate, score)."""
+    group = parser.add_argument_group("model and batching")
+    group.add_argument(
+        "--checkpoint", choices=("best", "latest", "averaged"), default="best",
+        help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
+        "or the average of the last ones written by python -m gnmt_tf.average",
+    )
+    group.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    group.add_argument(
+        "--max-input-length", type=int, default=250,
+        help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
+    )
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True) -> None:
+    """Eq. 14's alpha and beta, and with ``search`` the beam width and the pruning margin (defaults: the config's)."""
+    title = "beam search (defaults from the model's config, section 7)" if search else "eq. 14 (defaults from the model's config)"
+    group = parser.add_argument_group(title)
+    if search:
+        group.add_argument("--beam-width", type=int, default=None, help="hypotheses kept per sentence")
+    group.add_argument("--alpha", type=float, default=None, help="length normalisation strength (eq. 14)")
+    group.add_argument("--beta", type=float, default=None, help="coverage penalty strength (eq. 14)")
+    if search:
+        group.add_argument("--beamsize", type=float, default=None, help="pruning margin; 'inf' disables pruning")
+
+
+def decoding_overrides(args) -> dict:
+    """The decoding options given on the command line, by the names Translator takes."""
+    names = ("beam_width", "alpha", "beta", "beamsize")
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def load_translator(args):
+    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line."""
+    from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.model_dir import load_model_dir
+
+    model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
+    translator = Translator(
+        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length
+    )
+    return translator, config
+
+
+def warn_truncated(translator) -> None:
+    """Tell stderr how many inputs of the last call were longer than ``--max-input-length``."""
+    if translator.truncated:
+        print(
+            f"warning: {translator.truncated} input line(s) longer than {translator.max_input_length} "
+            f"wordpieces were truncated (--max-input-length)", file=sys.stderr,
+        )

@@ -14,9 +14,16 @@ import json
 import sys
 import time
 
-from gnmt_tf.cli.translate import add_decoding_arguments, decoding_overrides, load_translator
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.cli.common import (
+    add_decoding_arguments,
+    add_model_arguments,
+    add_verbose_argument,
+    decoding_overrides,
+    load_translator,
+    start_tensorflow,
+    warn_truncated,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--hypotheses", default=None, help="also write the translations to this file")
+    add_model_arguments(parser)
     add_decoding_arguments(parser)
     add_verbose_argument(parser)
     return parser
@@ -60,6 +68,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     hypotheses = translator.translate(sources, **overrides)
     seconds = time.monotonic() - started
+    warn_truncated(translator)
     bleu = corpus_bleu(hypotheses, references)
     words = sum(len(h.split()) for h in hypotheses)
     d = config.decoding

@@ -21,26 +21,15 @@ import os
 import sys
 import time
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """Beam search options shared by translate and evaluate (defaults: the model's config)."""
-    group = parser.add_argument_group("beam search (defaults from the model's config, section 7)")
-    group.add_argument("--beam-width", type=int, default=None, help="hypotheses kept per sentence")
-    group.add_argument("--alpha", type=float, default=None, help="length normalisation strength (eq. 14)")
-    group.add_argument("--beta", type=float, default=None, help="coverage penalty strength (eq. 14)")
-    group.add_argument("--beamsize", type=float, default=None, help="pruning margin; 'inf' disables pruning")
-    group.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
-    group.add_argument(
-        "--max-input-length", type=int, default=250,
-        help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
-    )
-    group.add_argument(
-        "--checkpoint", choices=("best", "latest", "averaged"), default="best",
-        help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
-        "or the average of the last ones written by python -m gnmt_tf.average",
-    )
+from gnmt_tf.cli.common import (
+    add_decoding_arguments,
+    add_model_arguments,
+    add_verbose_argument,
+    decoding_overrides,
+    load_translator,
+    start_tensorflow,
+    warn_truncated,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,29 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the attention matrix of each line's best translation as DIR/0001.png, "
         "DIR/0002.png, ... (one per input line, in input order; DIR is created if needed)",
     )
+    add_model_arguments(parser)
     add_decoding_arguments(parser)
     add_verbose_argument(parser)
     return parser
-
-
-def load_translator(args):
-    """Model, tokenizer and a Translator configured from the command line."""
-    from gnmt_tf.model_dir import load_model_dir
-    from gnmt_tf.inference.translator import Translator
-
-    model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
-    translator = Translator(
-        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length
-    )
-    return translator, config
-
-
-def decoding_overrides(args) -> dict:
-    return {
-        key: value
-        for key, value in dict(beam_width=args.beam_width, alpha=args.alpha, beta=args.beta, beamsize=args.beamsize).items()
-        if value is not None
-    }
 
 
 def main(argv=None) -> int:
@@ -148,11 +118,7 @@ def translate_stream(translator, source, target, args) -> int:
             from gnmt_tf.plots import write_attention_pictures
 
             write_attention_pictures(results, plot_directory, sentences=lines, first_index=count + 1)
-        if translator.truncated:
-            print(
-                f"warning: {translator.truncated} input line(s) longer than {translator.max_input_length} "
-                f"wordpieces were truncated (--max-input-length)", file=sys.stderr,
-            )
+        warn_truncated(translator)
         count += len(lines)
         rate = count / max(time.monotonic() - started, 1e-9)
         print(f"translated {count:,} lines ({rate:.1f} lines/s)", file=sys.stderr, flush=True)

@@ -1,1 +1,5 @@
-"""Text in, text out: the translator that is exported and that the Python API wraps."""
+"""Text in, text out: the translator that is exported (:class:`TranslatorModule`) and the Python API that wraps it (:class:`Translator`)."""
+
+from gnmt_tf.inference.translator import Score, Translation, Translator, TranslatorModule
+
+__all__ = ["Score", "Translation", "Translator", "TranslatorModule"]

@@ -1,30 +1,270 @@
-"""Text in, text out: wordpieces, batching by length, and a search over ``GNMT.step``.
+"""Text in, text out: one translator, in the TensorFlow graph, exported as it is and wrapped for Python.
 
-    translator = Translator(model, tokenizer)
+:class:`TranslatorModule` is the translator: a ``tf.Module`` whose functions take raw
+strings and return translations, with everything in between in the graph, so an
+exported artifact needs nothing from gnmt_tf at run time, only TensorFlow and the
+tensorflow-text ops. Its three parts, each written once:
+
+* **preprocess** (:meth:`TranslatorModule.preprocess`): wordpiece tokenization, the
+  EOS every source ends with, truncation to ``max_input_length`` pieces, densified
+  with gathers (TFLite has no kernels for the ragged ops); an empty sentence becomes
+  a lone EOS;
+* **search** (:meth:`TranslatorModule.search`): encode and run a decoding strategy
+  (:mod:`gnmt_tf.decoding`: the beam search of section 7, greedy search, forced
+  scoring) under the model's weight transform (int8 for an int8 export);
+* **postprocess** (:meth:`TranslatorModule.postprocess`): detokenization; an empty
+  sentence translates to "" with score 0.
+
+The SavedModel signatures are its functions (``translate``, ``translate_with_options``,
+``translate_nbest``); TFLite converts ``translate``. :class:`Translator`, the Python
+API, wraps the same module as keras-hub's ``generate`` does: preprocess every sentence
+in the graph, sort by length and batch (section 7: sentences of similar length are
+decoded together), call the compiled search per batch, postprocess, and turn the
+tensors into Python strings and :class:`Translation` records::
+
+    translator = Translator(model, tokenizer, config.decoding)
     translator.translate(["Open the file", "Save as..."])          # best translations
     translator.translate_nbest(["Open the file"], n_best=4)         # Translation records
+    translator.score(["Open the file"], ["Ouvrir le fichier"])      # log P and eq. 14 of given ones
 
-Defined behaviour at the edges:
-
-* an empty (or all-whitespace) sentence translates to "" without running the model;
-* a sentence longer than ``max_input_length`` wordpieces is truncated to that
-  many (``truncate_long_inputs=True``, the default) or rejected with a
-  ValueError naming it (``False``); :attr:`Translator.truncated` counts the
-  truncations of the last call;
-* every output is at most ``max_length_ratio`` x the source length (section 7).
+Defined behaviour at the edges: an empty (or all-whitespace) sentence translates to
+""; a sentence longer than ``max_input_length`` wordpieces is truncated to that many
+(the Python API can refuse it instead, and counts truncations); every output is at most
+``max_length_ratio`` x the source length (section 7).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from gnmt_tf.decoding.beam import beam_search
 from gnmt_tf.config import DecodingConfig
-from gnmt_tf.decoding.greedy import greedy_decode
-from gnmt_tf.vocab import EOS_ID, PAD_ID
+from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
+from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
+
+SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
+SCALAR = tf.TensorSpec([], tf.float32)
+SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
+
+
+class TranslatorModule(tf.Module):
+    """A trained GNMT and its tokenizer as string-to-string TensorFlow functions (the exported translator).
+
+    Args:
+        model: a built :class:`gnmt_tf.models.GNMT` (at the delta it was trained at).
+        tokenizer: its :class:`gnmt_tf.data.tokenizer.WordpieceTokenizer`.
+        decoding: beam search defaults; the exported signatures fix ``beam_width`` and
+            ``n_best`` (they set tensor shapes), alpha, beta and beamsize are inputs.
+        max_input_length: source wordpieces kept per sentence (longer ones are truncated).
+        int8_weights: a :class:`gnmt_tf.quantization.Int8Weights` of ``model``: every search
+            computes with eq. 12's int8 weights, and the module tracks only those plus the
+            weights kept in float, so a SavedModel of it stores int8.
+        jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
+            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``.
+
+    Functions (the SavedModel signatures):
+
+    * ``translate(sentences)``: string [batch] -> ``translations`` string [batch], ``scores``
+      float32 [batch] (eq. 14), with the config's alpha, beta and beamsize;
+    * ``translate_with_options(sentences, alpha, beta, beamsize)``: the same with the
+      options given per request (scalars);
+    * ``translate_nbest(sentences, alpha, beta, beamsize)``: n-best lists ``translations``
+      [batch, n_best], ``scores``, ``lengths``, ``attention`` [batch, n_best, target, source],
+      and the wordpieces the attention refers to, ``source_pieces`` [batch, source] and
+      ``target_pieces`` [batch, n_best, target] (padded with "").
+    """
+
+    def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
+                 int8_weights=None, jit_step: bool = False, name: Optional[str] = None):
+        super().__init__(name=name)
+        # Track the model's variables, not the Keras model: saving a tracked Keras model would
+        # run Keras' own (legacy) model serialization, which the functions below do not need.
+        object.__setattr__(self, "model", model)
+        if int8_weights is None:
+            self.model_variables = list(model.variables)
+        else:  # the float weights that int8 replaces are neither used nor saved
+            self.model_variables = int8_weights.kept_float_variables()
+        self.int8_weights = int8_weights
+        self.jit_step = jit_step
+        self.tokenizer = tokenizer
+        object.__setattr__(self, "decoding", decoding)
+        self.beam_width = decoding.beam_width
+        self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
+        self.max_input_length = max_input_length
+        self._defaults = (float(decoding.alpha), float(decoding.beta), float(decoding.beamsize))
+        self.translate = tf.function(self._translate, input_signature=[SENTENCES])
+        self.translate_with_options = tf.function(
+            self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
+        )
+        self.translate_nbest = tf.function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
+        # The Python API's compiled pieces, made on first use (not saved: not attributes tf.Module tracks).
+        object.__setattr__(self, "_compiled", {})
+
+    # ------------------------------------------------------------------ preprocess
+    def preprocess(self, sentences) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Wordpieces + EOS, right-padded [batch, source], and each sentence's piece count before truncation.
+
+        An empty sentence gives a lone EOS. Densified with gathers rather than ragged
+        slicing and ``to_tensor``, whose ragged ops (RaggedGather, RaggedRange) have no
+        TFLite kernel.
+        """
+        pieces = self.tokenizer.tokenize(sentences)
+        values = tf.concat([pieces.values, tf.constant([PAD_ID], tf.int32)], axis=0)  # PAD at the end
+        no_value = tf.shape(values)[0] - 1
+        splits = tf.cast(pieces.row_splits, tf.int32)
+        counts = splits[1:] - splits[:-1]
+        starts = tf.expand_dims(splits[:-1], 1)  # [batch, 1]
+        lengths = tf.expand_dims(tf.minimum(counts, self.max_input_length), 1)
+        width = tf.reduce_max(tf.concat([tf.reshape(lengths, [-1]), tf.zeros([1], tf.int32)], axis=0)) + 1
+        position = tf.expand_dims(tf.range(width), 0)  # [1, source]
+        index = tf.where(position < lengths, starts + position, no_value)
+        ids = tf.gather(values, index)
+        return tf.where(tf.equal(position, lengths), tf.constant(EOS_ID, tf.int32), ids), counts
+
+    def source_ids(self, sentences) -> tf.Tensor:
+        """:meth:`preprocess`'s ids alone."""
+        return self.preprocess(sentences)[0]
+
+    # ------------------------------------------------------------------ search
+    def search(self, source_ids, strategy, time_loop=None):
+        """Encode ``source_ids`` [batch, source] and run ``strategy`` (:mod:`gnmt_tf.decoding`).
+
+        ``time_loop``: how the encoder iterates time (:mod:`gnmt_tf.layers.recurrence`; the
+        TFLite exporter passes its own).
+        """
+        scope = (self.model.transformed_weights(self.int8_weights) if self.int8_weights is not None
+                 else contextlib.nullcontext())  # else: whatever scope the caller traces in
+        with scope:
+            memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
+            step = tf.function(self.model.step, jit_compile=True) if self.jit_step else self.model.step
+            return decode(step, self.model.initial_state(memory), memory.mask, strategy,
+                          max_length_ratio=self.decoding.max_length_ratio)
+
+    def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
+                    return_attention: bool, time_loop=None):
+        """Section 7's beam search of ``source_ids``: a :class:`gnmt_tf.decoding.BeamSearchOutput`."""
+        strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
+                              return_attention=return_attention, eos_rule=self.decoding.eos_rule)
+        return self.search(source_ids, strategy, time_loop)
+
+    # ------------------------------------------------------------------ postprocess
+    def postprocess(self, source_ids, ids) -> tf.Tensor:
+        """Texts of output ids [batch, n, length]: [batch, n]; an empty sentence's are ""."""
+        # An empty sentence (its source is a lone EOS; text never gives EOS) translates to ""
+        # rather than to whatever follows a lone EOS. Its ids are blanked before detokenizing
+        # (all PAD detokenizes to "") because TFLite's select has no string kernel.
+        ids = tf.where(tf.reshape(self._empty(source_ids), [-1, 1, 1]), tf.constant(PAD_ID, tf.int32), ids)
+        batch, n, length = tf.shape(ids)[0], tf.shape(ids)[1], tf.shape(ids)[2]
+        texts = self.tokenizer.detokenize(tf.reshape(ids, [batch * n, length]))
+        return tf.reshape(texts, [batch, n])
+
+    @staticmethod
+    def _empty(source_ids) -> tf.Tensor:
+        return tf.equal(source_ids[:, 0], EOS_ID)
+
+    def piece_strings(self, ids) -> tf.Tensor:
+        """The wordpieces of ``ids`` as strings, "" for PAD (the paper form: "▁" starts a word)."""
+        pieces = tf.constant(self.tokenizer.piece_strings(range(self.tokenizer.vocab_size)))
+        return tf.where(tf.equal(ids, PAD_ID), tf.constant(""), tf.gather(pieces, ids))
+
+    # ------------------------------------------------------------------ the functions
+    def nbest_outputs(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
+                      return_attention: bool, time_loop=None) -> Dict[str, tf.Tensor]:
+        """Search and postprocess: every output of ``translate_nbest`` from source ids."""
+        output = self.beam_search(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention,
+                                  time_loop)
+        empty = tf.reshape(self._empty(source_ids), [-1, 1])
+        outputs = {
+            "translations": self.postprocess(source_ids, output.ids),
+            "scores": tf.where(empty, tf.zeros_like(output.scores), output.scores),
+            "log_probs": output.log_probs,
+            "lengths": output.lengths,
+            "ids": output.ids,
+        }
+        if return_attention:
+            outputs.update(attention=output.attention, source_pieces=self.piece_strings(source_ids),
+                           target_pieces=self.piece_strings(output.ids))
+        return outputs
+
+    def _translate_with_options(self, sentences, alpha, beta, beamsize, time_loop=None):
+        outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width, 1,
+                                     False, time_loop)
+        return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
+
+    @property
+    def default_options(self):
+        """The config's ``alpha``, ``beta`` and ``beamsize``, as ``serving_default`` uses them."""
+        return dict(zip(("alpha", "beta", "beamsize"), self._defaults))
+
+    def _default_options(self):
+        return tuple(tf.constant(value) for value in self._defaults)
+
+    def _translate(self, sentences):
+        # A call of the translate_with_options function rather than its Python body: the saved
+        # graph then holds the search once for both signatures.
+        return self.translate_with_options(sentences, *self._default_options())
+
+    def translate_with_defaults(self, sentences, time_loop=None):
+        """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite)."""
+        return self._translate_with_options(sentences, *self._default_options(), time_loop=time_loop)
+
+    def _translate_nbest(self, sentences, alpha, beta, beamsize):
+        outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width,
+                                     self.n_best, True)
+        del outputs["log_probs"], outputs["ids"]
+        return outputs
+
+    def signatures(self):
+        """The SavedModel signatures: serving_default, translate_with_options, translate_nbest.
+
+        The functions themselves, not concrete functions: ``tf.saved_model.save`` traces them
+        in its save context, and a concrete function traced outside it would be a second copy
+        of the whole graph in saved_model.pb.
+        """
+        return {
+            "serving_default": self.translate,
+            "translate_with_options": self.translate_with_options,
+            "translate_nbest": self.translate_nbest,
+        }
+
+    # ------------------------------------------------------------------ compiled pieces for Python
+    def compiled(self, key: tuple, make):
+        """The ``tf.function`` that ``make()`` builds, once per ``key`` (static settings of a search)."""
+        if key not in self._compiled:
+            self._compiled[key] = make()
+        return self._compiled[key]
+
+    def compiled_preprocess(self):
+        return self.compiled(("preprocess",), lambda: tf.function(self.preprocess, input_signature=[SENTENCES]))
+
+    def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool):
+        """``nbest_outputs`` on source ids, traced for these static settings (alpha, beta, beamsize are inputs)."""
+        def make():
+            def search(source_ids, alpha, beta, beamsize):
+                return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention)
+
+            return tf.function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
+
+        return self.compiled(("nbest", beam_width, n_best, return_attention), make)
+
+    def compiled_greedy(self):
+        """Greedy translations of source ids (quick dev BLEU during training)."""
+        def greedy(source_ids):
+            ids = self.search(source_ids, GreedySearch())
+            return self.postprocess(source_ids, tf.expand_dims(ids, 1))[:, 0]
+
+        return self.compiled(("greedy",), lambda: tf.function(greedy, input_signature=[SOURCE_IDS]))
+
+    def compiled_score(self, return_attention: bool):
+        """log P(Y|X), eq. 14 and lengths of given target ids (each ending with EOS) for source ids."""
+        def score(source_ids, target_ids, alpha, beta):
+            return self.search(source_ids, ForcedScoring(target_ids, alpha, beta, return_attention))._asdict()
+
+        return self.compiled(("score", return_attention), lambda: tf.function(
+            score, input_signature=[SOURCE_IDS, SOURCE_IDS, SCALAR, SCALAR]))
 
 
 class Translation(NamedTuple):
@@ -38,97 +278,87 @@ class Translation(NamedTuple):
     attention: Optional[np.ndarray]  # [target pieces + EOS, source pieces] when requested
 
 
+class Score(NamedTuple):
+    """A given translation scored by the model (forced decoding)."""
+
+    text: str  # the translation, as given
+    log_prob: float  # log P(Y|X), the target's EOS included
+    score: float  # eq. 14 with the given alpha and beta
+    length: int  # target wordpieces + EOS
+    target_pieces: List[str]  # the wordpieces scored, EOS excluded
+    source_pieces: List[str]  # the source wordpieces, EOS included
+    attention: Optional[np.ndarray]  # [target pieces + EOS, source pieces] when requested
+
+
 class Translator:
-    """Translate raw sentences with a trained :class:`~gnmt_tf.models.gnmt.GNMT` and its tokenizer.
+    """Translate raw sentences with a trained :class:`~gnmt_tf.models.GNMT`: the Python face of :class:`TranslatorModule`.
 
     Args:
         model, tokenizer: a trained model and its wordpiece tokenizer.
         decoding: beam search defaults (width, alpha, beta, beamsize, n-best, length ratio);
-            every one can be overridden per call.
+            every one but the length ratio can be overridden per call.
         batch_size: sentences decoded together (sorted by length first, as section 7 does).
         max_input_length: wordpieces per source sentence, EOS excluded.
         truncate_long_inputs: truncate longer sentences (True) or raise ValueError (False).
+
+    Attributes:
+        module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
+        truncated: how many sentences of the last call were truncated.
+
+    Graphs are traced at a function's first call: inside ``model.transformed_weights(...)``
+    (e.g. int8 weights) they keep that transform.
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        decoding: Optional[DecodingConfig] = None,
-        batch_size: int = 32,
-        max_input_length: int = 250,
-        truncate_long_inputs: bool = True,
-    ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.decoding = decoding or DecodingConfig()
+    def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
+                 max_input_length: int = 250, truncate_long_inputs: bool = True):
+        self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length)
         self.batch_size = batch_size
-        self.max_input_length = max_input_length
         self.truncate_long_inputs = truncate_long_inputs
         self.truncated = 0
-        self._searches: Dict[Tuple, tf.types.experimental.GenericFunction] = {}
-        self._greedy = tf.function(self._greedy_graph, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
-    # ------------------------------------------------------------------ graph functions
-    def _greedy_graph(self, source_ids):
-        return greedy_decode(self.model, source_ids, self.decoding.max_length_ratio)
+    @property
+    def model(self):
+        return self.module.model
 
-    def search_function(self, beam_width: int, n_best: int, return_attention: bool):
-        """The traced beam search for these static settings (alpha, beta, beamsize are inputs)."""
-        key = (beam_width, n_best, return_attention)
-        if key not in self._searches:
-            ratio = self.decoding.max_length_ratio
+    @property
+    def tokenizer(self):
+        return self.module.tokenizer
 
-            def search(source_ids, alpha, beta, beamsize):
-                memory = self.model.encode(source_ids, training=False)
-                return beam_search(
-                    self.model.step, self.model.initial_state(memory), memory.mask, beam_width,
-                    alpha=alpha, beta=beta, beamsize=beamsize, max_length_ratio=ratio, n_best=n_best,
-                    return_attention=return_attention, eos_rule=self.decoding.eos_rule,
-                )
+    @property
+    def decoding(self) -> DecodingConfig:
+        return self.module.decoding
 
-            self._searches[key] = tf.function(
-                search,
-                input_signature=[
-                    tf.TensorSpec([None, None], tf.int32),
-                    tf.TensorSpec([], tf.float32),
-                    tf.TensorSpec([], tf.float32),
-                    tf.TensorSpec([], tf.float32),
-                ],
-            )
-        return self._searches[key]
+    @property
+    def max_input_length(self) -> int:
+        return self.module.max_input_length
 
-    # ------------------------------------------------------------------ text
-    def encode(self, sentences: Sequence[str]) -> List[List[int]]:
-        """Wordpiece ids of each sentence plus EOS, truncated (or rejected) as configured."""
+    # ------------------------------------------------------------------ preprocess and batches
+    def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+        """Source ids [n, width] and piece counts [n], truncation counted (or refused)."""
         self.truncated = 0
         if not sentences:
-            return []
-        ragged = self.tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
-        encoded = []
-        for index, ids in enumerate(ragged):
-            if len(ids) > self.max_input_length:
-                if not self.truncate_long_inputs:
-                    raise ValueError(
-                        f"sentence {index} has {len(ids)} wordpieces, more than max_input_length "
-                        f"({self.max_input_length})"
-                    )
-                ids = ids[: self.max_input_length]
-                self.truncated += 1
-            encoded.append(ids + [EOS_ID] if ids else [])
-        return encoded
+            return np.zeros([0, 1], np.int32), np.zeros([0], np.int32)
+        ids, counts = self.module.compiled_preprocess()(tf.constant(list(sentences), tf.string))
+        ids, counts = ids.numpy(), counts.numpy()
+        long = np.flatnonzero(counts > self.max_input_length)
+        if len(long) and not self.truncate_long_inputs:
+            raise ValueError(
+                f"sentence {long[0]} has {counts[long[0]]} wordpieces, more than max_input_length "
+                f"({self.max_input_length})"
+            )
+        self.truncated = len(long)
+        return ids, counts
 
-    def _batches(self, encoded: List[List[int]]):
-        """Non-empty sentences sorted by length, in padded batches: (indices, ids [n, width])."""
-        order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
+    def _batches(self, ids: np.ndarray, counts: np.ndarray):
+        """Non-empty sentences sorted by length, in batches: (indices, ids [k, width], source lengths)."""
+        lengths = np.minimum(counts, self.max_input_length) + 1  # EOS included
+        order = sorted(np.flatnonzero(counts > 0).tolist(), key=lambda i: lengths[i])
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            width = max(len(encoded[i]) for i in chunk)
-            batch = np.full((len(chunk), width), PAD_ID, np.int32)
-            for row, i in enumerate(chunk):
-                batch[row, : len(encoded[i])] = encoded[i]
-            yield chunk, batch
+            width = int(max(lengths[i] for i in chunk))
+            yield chunk, ids[chunk, :width], lengths[chunk]
 
+    # ------------------------------------------------------------------ translate
     def translate(self, sentences: Sequence[str], **overrides) -> List[str]:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
@@ -152,46 +382,75 @@ class Translator:
         n_best = n_best or d.n_best
         if n_best > beam_width:
             raise ValueError(f"n_best ({n_best}) must not exceed beam_width ({beam_width})")
-        search = self.search_function(beam_width, n_best, return_attention)
-        settings = [
-            tf.constant(d.alpha if alpha is None else alpha, tf.float32),
-            tf.constant(d.beta if beta is None else beta, tf.float32),
-            tf.constant(d.beamsize if beamsize is None else beamsize, tf.float32),
-        ]
-        encoded = self.encode(sentences)
+        search = self.module.compiled_nbest(beam_width, n_best, return_attention)
+        options = [tf.constant(d.alpha if alpha is None else alpha, tf.float32),
+                   tf.constant(d.beta if beta is None else beta, tf.float32),
+                   tf.constant(d.beamsize if beamsize is None else beamsize, tf.float32)]
         results: List[List[Translation]] = [[] for _ in sentences]
-        for chunk, batch in self._batches(encoded):
-            output = search(tf.constant(batch), *settings)
-            ids = output.ids.numpy()
-            texts = self.tokenizer.detokenize(tf.reshape(output.ids, [-1, tf.shape(output.ids)[-1]])).numpy()
-            texts = texts.reshape(ids.shape[:2])
+        for chunk, batch, source_lengths in self._batches(*self._preprocess(sentences)):
+            out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
             for row, i in enumerate(chunk):
-                source_pieces = self.tokenizer.piece_strings(encoded[i][:-1]) + ["</s>"]
                 for rank in range(n_best):
-                    length = int(output.lengths[row, rank])
+                    length = int(out["lengths"][row, rank])
                     if length == 0:  # fewer finished hypotheses than n_best
                         continue
-                    attention = None
-                    if return_attention:
-                        attention = output.attention[row, rank, :length, : len(encoded[i])].numpy()
-                    results[i].append(
-                        Translation(
-                            text=texts[row, rank].decode("utf-8"),
-                            score=float(output.scores[row, rank]),
-                            log_prob=float(output.log_probs[row, rank]),
-                            target_pieces=self.tokenizer.piece_strings(ids[row, rank, : length - 1]),
-                            source_pieces=source_pieces,
-                            attention=attention,
-                        )
-                    )
+                    results[i].append(Translation(
+                        text=out["translations"][row, rank].decode("utf-8"),
+                        score=float(out["scores"][row, rank]),
+                        log_prob=float(out["log_probs"][row, rank]),
+                        target_pieces=self.tokenizer.piece_strings(out["ids"][row, rank, : length - 1]),
+                        source_pieces=self.tokenizer.piece_strings(batch[row, : source_lengths[row] - 1]) + [EOS],
+                        attention=(out["attention"][row, rank, :length, : source_lengths[row]]
+                                   if return_attention else None),
+                    ))
         return results
 
     def greedy(self, sentences: Sequence[str]) -> List[str]:
         """Greedy translations (fast; used for dev BLEU during training)."""
-        encoded = self.encode(sentences)
         results = [""] * len(sentences)
-        for chunk, batch in self._batches(encoded):
-            texts = self.tokenizer.detokenize(self._greedy(tf.constant(batch))).numpy()
+        greedy = self.module.compiled_greedy()
+        for chunk, batch, _ in self._batches(*self._preprocess(sentences)):
+            texts = greedy(tf.constant(batch)).numpy()
             for row, i in enumerate(chunk):
                 results[i] = texts[row].decode("utf-8")
+        return results
+
+    # ------------------------------------------------------------------ score
+    def score(self, sources: Sequence[str], targets: Sequence[str], alpha: Optional[float] = None,
+              beta: Optional[float] = None, return_attention: bool = False) -> List[Optional[Score]]:
+        """Score given translations: log P(Y|X) and eq. 14 of ``targets[i]`` as a translation of ``sources[i]``.
+
+        The same log-softmax and penalties as the beam search, so scoring a translation the
+        search produced returns the log P and score it reported. None for an empty source
+        or target. Targets are cut to ``max_input_length`` wordpieces like sources.
+        """
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        d = self.decoding
+        options = [tf.constant(d.alpha if alpha is None else alpha, tf.float32),
+                   tf.constant(d.beta if beta is None else beta, tf.float32)]
+        target_ids, target_counts = self._preprocess(targets)
+        target_truncated = self.truncated
+        source_ids, source_counts = self._preprocess(sources)
+        self.truncated += target_truncated
+        present = np.flatnonzero((source_counts > 0) & (target_counts > 0))
+        results: List[Optional[Score]] = [None] * len(sources)
+        score = self.module.compiled_score(return_attention)
+        for chunk, batch, source_lengths in self._batches(source_ids[present], source_counts[present]):
+            rows = present[chunk]
+            target_lengths = np.minimum(target_counts[rows], self.max_input_length) + 1
+            targets_batch = target_ids[rows, : int(target_lengths.max())]
+            out = {k: v.numpy() for k, v in score(tf.constant(batch), tf.constant(targets_batch), *options).items()
+                   if v is not None}
+            for row, i in enumerate(rows):
+                length = int(out["lengths"][row])
+                results[i] = Score(
+                    text=targets[i],
+                    log_prob=float(out["log_probs"][row]),
+                    score=float(out["scores"][row]),
+                    length=length,
+                    target_pieces=self.tokenizer.piece_strings(targets_batch[row, : length - 1]),
+                    source_pieces=self.tokenizer.piece_strings(batch[row, : source_lengths[row] - 1]) + [EOS],
+                    attention=out["attention"][row, :length, : source_lengths[row]] if return_attention else None,
+                )
         return results
