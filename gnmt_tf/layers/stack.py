@@ -20,20 +20,19 @@ from gnmt_tf.layers.recurrence import LSTMState, run_lstm
 from gnmt_tf.layers.weights import WeightReader
 
 
-def placement_scope(layer: keras.layers.Layer):
-    """``tf.device`` of the device model parallelism gave ``layer`` (section 3.3), else a no-op."""
-    device = getattr(layer, "placement_device", None)
+def device_scope(device: Optional[str]):
+    """``tf.device(device)``, or no scope for None (one device)."""
     return tf.device(device) if device else contextlib.nullcontext()
 
 
-def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:
+def build_sublayer(layer: keras.layers.Layer, input_shape, device: Optional[str] = None) -> None:
     """Build a sublayer that is used through methods rather than ``__call__``.
 
     Weights get the sublayer's name as their scope, as ``__call__`` would give them,
-    and are created on the layer's device when model parallelism placed it.
+    and are created on ``device`` (model parallelism, section 3.3) when one is given.
     """
     if not layer.built:
-        with tf.name_scope(layer.name), placement_scope(layer):
+        with tf.name_scope(layer.name), device_scope(device):
             layer.build(tf.TensorShape(input_shape))
 
 
@@ -64,9 +63,14 @@ class ResidualLSTMStack(keras.layers.Layer):
         clip_delta: Optional[tf.Variable] = None,
         initial_delta: float = 1.0,
         weight_reader: Optional[WeightReader] = None,
+        devices: Optional[Sequence[str]] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if devices is not None and len(devices) != num_layers:
+            raise ValueError(f"{len(devices)} devices for {num_layers} layers")
+        # Where each layer's weights live (model parallelism, section 3.3); None: one device.
+        self.devices = tuple(devices) if devices is not None else (None,) * num_layers
         self.num_layers = num_layers
         self.units = units
         self.first_layer = first_layer
@@ -108,7 +112,7 @@ class ResidualLSTMStack(keras.layers.Layer):
                     f"layer {self.layer_number(k)} has a residual connection but its input has "
                     f"{width} features and its output {self.units}; they must match (eq. 6)"
                 )
-            build_sublayer(cell, (None, width + self.context_units))
+            build_sublayer(cell, (None, width + self.context_units), self.devices[k])
             if self._shared_delta is None:
                 self._shared_delta = cell.clip_delta
             width = self.units

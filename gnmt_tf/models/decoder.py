@@ -21,7 +21,7 @@ Two paths share all of this math:
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -30,7 +30,7 @@ from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import LSTMState, run_lstm, run_over_time
-from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, placement_scope
+from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
 from gnmt_tf.layers.weights import WeightReader
 
 
@@ -56,9 +56,15 @@ class GNMTDecoder(keras.layers.Layer):
     """Embedded target inputs + encoder memory -> clipped logits."""
 
     def __init__(self, config: ModelConfig, encoder_width: int, clip_delta: Optional[tf.Variable] = None,
-                 weight_reader: Optional[WeightReader] = None, **kwargs):
+                 weight_reader: Optional[WeightReader] = None, devices: Optional[Sequence[str]] = None,
+                 attention_device: Optional[str] = None, softmax_device: Optional[str] = None, **kwargs):
+        """``devices`` (one per decoder layer), ``attention_device``, ``softmax_device``: where the
+        weights live under model parallelism (section 3.3); None: one device."""
         super().__init__(**kwargs)
         self.config = config
+        self.devices = tuple(devices) if devices is not None else (None,) * config.decoder_layers
+        self.attention_device = attention_device
+        self.softmax_device = softmax_device
         self.encoder_width = encoder_width
         self.weight_reader = weight_reader or WeightReader()
         cell_args = dict(
@@ -79,6 +85,7 @@ class GNMTDecoder(keras.layers.Layer):
             residual_start=config.residual_start,
             context_units=encoder_width,
             dropout=config.dropout,
+            devices=self.devices[1:],
             name="upper_layers",
             **cell_args,
         )
@@ -93,11 +100,11 @@ class GNMTDecoder(keras.layers.Layer):
     def build(self, input_shape):
         embedding_dim = int(input_shape[-1])
         bottom_input = embedding_dim + (self.encoder_width if self.config.input_feeding else 0)
-        build_sublayer(self.bottom_cell, (None, bottom_input))
-        with placement_scope(self.attention):
+        build_sublayer(self.bottom_cell, (None, bottom_input), self.devices[0])
+        with device_scope(self.attention_device):
             self.attention.build_for(self.config.units, self.encoder_width)
         build_sublayer(self.upper, (None, None, self.config.units))
-        build_sublayer(self.softmax_projection, (None, self.config.units))
+        build_sublayer(self.softmax_projection, (None, self.config.units), self.softmax_device)
         super().build(input_shape)
 
     # ----------------------------------------------------------------- shared pieces

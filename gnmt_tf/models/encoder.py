@@ -8,7 +8,7 @@ the delta clipping of eq. 10.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 import tf_keras as keras
@@ -28,9 +28,11 @@ class GNMTEncoder(keras.layers.Layer):
     """
 
     def __init__(self, config: ModelConfig, clip_delta: Optional[tf.Variable] = None,
-                 weight_reader: Optional[WeightReader] = None, **kwargs):
+                 weight_reader: Optional[WeightReader] = None, devices: Optional[Sequence[str]] = None, **kwargs):
+        """``devices``: one per encoder layer, the bi-directional bottom one first (model parallelism)."""
         super().__init__(**kwargs)
         self.config = config
+        self.devices = tuple(devices) if devices is not None else (None,) * config.encoder_layers
         cell_args = dict(
             form=config.cell,
             forget_bias=config.forget_bias,
@@ -48,6 +50,7 @@ class GNMTEncoder(keras.layers.Layer):
             first_layer=2,
             residual_start=config.residual_start,
             dropout=config.dropout,
+            devices=self.devices[1:],
             name="upper_layers",
             **cell_args,
         )
@@ -59,8 +62,8 @@ class GNMTEncoder(keras.layers.Layer):
         return 2 * self.config.direction_units
 
     def build(self, input_shape):
-        build_sublayer(self.forward_cell, (None, input_shape[-1]))
-        build_sublayer(self.backward_cell, (None, input_shape[-1]))
+        build_sublayer(self.forward_cell, (None, input_shape[-1]), self.devices[0])
+        build_sublayer(self.backward_cell, (None, input_shape[-1]), self.devices[0])
         build_sublayer(self.upper, (None, None, 2 * self.config.direction_units))
         super().build(input_shape)
 

@@ -77,24 +77,29 @@ class GNMT(keras.Model):
         self.target_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="target_embedding"
         )
-        self.encoder = GNMTEncoder(config, clip_delta=self.clip_delta, weight_reader=self.weight_reader, name="encoder")
-        self.decoder = GNMTDecoder(
-            config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta,
-            weight_reader=self.weight_reader, name="decoder",
-        )
         # Which device each layer runs on (section 3.3), from a ParallelConfig; None: one device.
         # Placement is not architecture: get_config and the checkpoint do not record it.
         self.placement = model_parallel.resolve_placement(parallel, config)
-        if self.placement is not None:
-            model_parallel.assign_devices(self, self.placement)
+        placement = self.placement
+        self.encoder = GNMTEncoder(
+            config, clip_delta=self.clip_delta, weight_reader=self.weight_reader,
+            devices=placement.encoder if placement else None, name="encoder",
+        )
+        self.decoder = GNMTDecoder(
+            config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta,
+            weight_reader=self.weight_reader, devices=placement.decoder if placement else None,
+            attention_device=placement.attention_device if placement else None,
+            softmax_device=placement.root if placement else None, name="decoder",
+        )
 
     # ------------------------------------------------------------------ building
     def build(self, input_shape=None):
         """Create every weight; no example input is needed."""
         if self.built:
             return
-        for embedding in (self.source_embedding, self.target_embedding):
-            build_sublayer(embedding, (None, None))
+        placement = self.placement  # the embeddings live with the bottom layers that read them
+        build_sublayer(self.source_embedding, (None, None), placement.encoder[0] if placement else None)
+        build_sublayer(self.target_embedding, (None, None), placement.decoder[0] if placement else None)
         width = self.model_config.embedding_width
         build_sublayer(self.encoder, (None, None, width))
         build_sublayer(self.decoder, (None, None, width))

@@ -36,9 +36,10 @@ What runs where (``parallel.mode``):
   with the gathered contexts; then the softmax data-parallel (each device a
   batch slice of the top outputs, the full vocabulary). Needs no input feeding.
 
-Each layer's weights are created on its device (``GNMT.build`` after
-:func:`assign_devices`); the attention and softmax weights of the hybrid scheme
-live on ``devices[0]``, the root of their data parallelism. The checkpoint is
+Each layer's weights are created on its device: the GNMT gives its encoder and
+decoder their layers' devices from the :class:`Placement` when it constructs them.
+The attention and softmax weights of the hybrid scheme live on ``devices[0]``, the
+root of their data parallelism. The checkpoint is
 unchanged: placement is not architecture.
 
 Only teacher forcing (``GNMT.forward``: training and dev loss) uses the
@@ -183,27 +184,6 @@ def resolve_placement(parallel: Optional[ParallelConfig], model: ModelConfig) ->
         ),
         softmax_shards=parallel.softmax_shards,
     )
-
-
-def assign_devices(model, placement: Placement) -> None:
-    """Mark every sublayer of an unbuilt GNMT with its device; ``build`` then creates its weights there.
-
-    ``gnmt_tf.layers.stack.build_sublayer`` builds a layer under ``tf.device(layer.placement_device)``.
-    """
-    encoder, decoder = model.encoder, model.decoder
-    pairs = [
-        (model.source_embedding, placement.encoder[0]),
-        (encoder.forward_cell, placement.encoder[0]),
-        (encoder.backward_cell, placement.encoder[0]),
-        (model.target_embedding, placement.decoder[0]),
-        (decoder.bottom_cell, placement.decoder[0]),
-        (decoder.attention, placement.attention_device),
-        (decoder.softmax_projection, placement.root),
-    ]
-    pairs += [(cell, placement.encoder[k + 1]) for k, cell in enumerate(encoder.upper.cells)]
-    pairs += [(cell, placement.decoder[k + 1]) for k, cell in enumerate(decoder.upper.cells)]
-    for layer, device in pairs:
-        layer.placement_device = device
 
 
 # --------------------------------------------------------------------------------------
