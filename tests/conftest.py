@@ -10,8 +10,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 TESTS = os.path.dirname(os.path.abspath(__file__))
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
+# tests/ and its package directories (tests/<package>/, no __init__.py; file names unique across
+# the tree), so that helpers and shared setups import by module name wherever a test lives.
+for directory in [TESTS] + sorted(
+    entry.path for entry in os.scandir(TESTS) if entry.is_dir() and not entry.name.startswith((".", "_"))
+):
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.training.trainer import RunControl, Trainer, TrainingDiverged
 from helpers import number_word_pairs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def tiny_number_setup(tmp_path, steps, **overrides):
     train_pairs = number_word_pairs(2000, seed=1, min_len=1)
