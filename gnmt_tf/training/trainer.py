@@ -1,19 +1,8 @@
 """Maximum-likelihood training with the paper's recipe (section 8.3), on Keras ``fit``.
 
-The training step is ``GNMT.train_step``; this module adds what a long run
-needs, as Keras callbacks:
-
-* :class:`RunControl`: stop cleanly at ``max_steps``, after ``max_minutes``, on
-  SIGINT/SIGTERM (the run then finishes normally: checkpoint, dev BLEU,
-  samples) and on a NaN/Inf loss (the run stops with a message naming the
-  step and the last good checkpoint, and saves nothing).
-* :class:`PeriodicCheckpoint`: ``tf.train.CheckpointManager`` every
-  ``checkpoint_every`` steps, keeping the last ``keep_checkpoints``.
-  TensorFlow writes a checkpoint's files first and then atomically replaces
-  the ``checkpoint`` index, so a crash mid-save leaves the last good one in place.
-* :class:`TrainingSummaries`: TensorBoard scalars every ``log_every`` steps.
-* :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps,
-  keeping the best checkpoint by dev BLEU in ``best/``.
+The training step is ``GNMT.train_step``; the :class:`Trainer` sets up the model, its
+optimizer and objective, the data and the callbacks of :mod:`gnmt_tf.training.callbacks`
+(stopping, checkpoints, summaries, dev evaluation), and reports how the run ended.
 
 Everything that defines the run's state (weights, optimizer moments and step,
 hence the Adam/SGD phase and delta) is in the checkpoint, so a killed run
@@ -29,8 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -44,6 +31,15 @@ from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 from gnmt_tf.training.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.training.callbacks import (
+    DevEvaluation,
+    PeriodicCheckpoint,
+    RunControl,
+    SegmentEnd,
+    StopAgreement,
+    TrainingSummaries,
+    current_step,
+)
 from gnmt_tf.training.optimizer import AdamThenSGD
 from gnmt_tf.training.schedules import DeltaAnnealClock, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
@@ -67,198 +63,6 @@ class TrainResult:
     best_bleu: Optional[float] = None
     delta: Optional[float] = None  # eq. 10's delta of the last checkpoint (it is decoded at it)
     samples: List[Tuple[str, str, str]] = field(default_factory=list)  # (source, reference, translation)
-
-
-def current_step(model: GNMT) -> int:
-    return int(model.optimizer.iterations.numpy())
-
-
-class RunControl(keras.callbacks.Callback):
-    """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss."""
-
-    def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str]):
-        super().__init__()
-        self.max_steps = max_steps
-        self.started = time.monotonic()  # the origin of the time limit and of delta's time anneal
-        self.deadline = self.started + 60.0 * max_minutes if max_minutes else None
-        self.last_checkpoint = last_checkpoint
-        self.stop_reason: Optional[str] = None
-        self.diverged_message: Optional[str] = None
-        self._previous_handlers = {}
-        # In a synchronous multi-worker cluster a signal only records the stop: StopAgreement
-        # then stops every worker after the same step.
-        self.synchronized = False
-
-    def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:  # not in the main thread (e.g. inside a notebook worker)
-                pass
-
-    def restore_signal_handlers(self) -> None:
-        for sig, handler in self._previous_handlers.items():
-            signal.signal(sig, handler)
-        self._previous_handlers = {}
-
-    def _on_signal(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.stop_reason and self.stop_reason.startswith("signal"):
-            raise KeyboardInterrupt(f"second {name}: stopping without saving")
-        self.stop_reason = f"signal {name}"
-        if self.model is not None and not self.synchronized:
-            self.model.stop_training = True
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        step = current_step(self.model)
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            self.stop_reason = "diverged"
-            self.diverged_message = (
-                f"the training loss became {float(loss)} at step {step}; stopping without saving. "
-                f"The last good checkpoint is {self.last_checkpoint() or '(none yet)'}. Try a lower "
-                f"learning rate (training.adam_learning_rate) or check the training data."
-            )
-            self.model.stop_training = True
-        elif step >= self.max_steps:
-            self.stop_reason = self.stop_reason or f"reached max_steps ({self.max_steps})"
-            self.model.stop_training = True
-        elif self.deadline is not None and time.monotonic() >= self.deadline:
-            self.stop_reason = self.stop_reason or "reached the time limit (max_minutes)"
-            self.model.stop_training = True
-
-
-class StopAgreement(keras.callbacks.Callback):
-    """Multi-worker: when any worker stops (signal, time limit, patience), all stop after this step.
-
-    The last callback of the step, so that it sees every other callback's decision; without
-    it a worker leaving ``fit`` alone leaves the others waiting in the next all-reduce.
-    """
-
-    def __init__(self, control: RunControl, agree: Callable[[bool], bool]):
-        super().__init__()
-        self.control = control
-        self.agree = agree
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.agree(bool(self.model.stop_training or self.control.stop_reason)):
-            self.control.stop_reason = self.control.stop_reason or "another worker stopped (a signal or a limit)"
-            self.model.stop_training = True
-
-
-class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Saves model + optimizer every ``every`` steps through a CheckpointManager."""
-
-    def __init__(self, manager: tf.train.CheckpointManager, every: int, control: RunControl):
-        super().__init__()
-        self.manager = manager
-        self.every = every
-        self.control = control
-
-    def save(self) -> str:
-        step = current_step(self.model)
-        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
-            return self.manager.latest_checkpoint
-        return self.manager.save(checkpoint_number=step)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.control.stop_reason == "diverged":
-            return
-        if current_step(self.model) % self.every == 0:
-            self.save()
-
-
-class TrainingSummaries(keras.callbacks.Callback):
-    """TensorBoard: loss, perplexity, learning rate, delta, gradient norm, tokens/s."""
-
-    KEYS = ("loss", "perplexity", "learning_rate", "delta", "gradient_norm")
-
-    def __init__(self, log_dir: str, every: int, replicas: int = 1):
-        super().__init__()
-        self.writer = tf.summary.create_file_writer(log_dir)
-        self.every = every
-        # Distributed logs are the first replica's (Trainer): its token counts stand for each
-        # replica's share of the batch, and its gradient norm for a replica's own gradient.
-        self.replicas = replicas
-        self._tokens = 0.0
-        self._source_tokens = 0.0
-        self._since = time.monotonic()
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        self._tokens += float(logs.get("target_tokens", 0.0)) * self.replicas
-        self._source_tokens += float(logs.get("source_tokens", 0.0)) * self.replicas
-        step = current_step(self.model)
-        if step % self.every:
-            return
-        elapsed = max(time.monotonic() - self._since, 1e-9)
-        with self.writer.as_default(step=step):
-            for key in self.KEYS:
-                if key in logs:
-                    # A replica's gradient is that of its loss divided by the replica count.
-                    scale = self.replicas if key == "gradient_norm" else 1
-                    tf.summary.scalar(key, float(logs[key]) * scale)
-            tf.summary.scalar("target_tokens_per_second", self._tokens / elapsed)
-            tf.summary.scalar("source_tokens_per_second", self._source_tokens / elapsed)
-        self.writer.flush()
-        self._tokens = self._source_tokens = 0.0
-        self._since = time.monotonic()
-
-
-class DevEvaluation(keras.callbacks.Callback):
-    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``.
-
-    With a patience (RL refinement), stops the run after that many evaluations in a row
-    without a better dev BLEU.
-    """
-
-    def __init__(self, trainer: "Trainer", every: int):
-        super().__init__()
-        self.trainer = trainer
-        self.every = every
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.trainer.control.stop_reason == "diverged":
-            return
-        step = current_step(self.model)
-        if step % self.every == 0:
-            self.trainer.evaluate_dev(step)
-            patience = self.trainer.patience
-            if patience is not None and self.trainer.evaluations_since_best >= patience:
-                control = self.trainer.control
-                control.stop_reason = control.stop_reason or (
-                    f"dev BLEU did not improve in {patience} evaluations (rl.patience)"
-                )
-                self.model.stop_training = True
-
-
-class SegmentEnd(keras.callbacks.Callback):
-    """Runs the per-step callbacks at the end of each segment ("epoch") of ``steps`` steps.
-
-    Parameter-server ``fit`` schedules steps asynchronously and allows only epoch-level
-    callbacks, so the Trainer makes every step a callback acts on a segment end. The logs
-    are the segment's last step (the loss: its mean over the segment); the token counts are
-    scaled to the segment's steps for the throughput summaries.
-    """
-
-    def __init__(self, callbacks: Sequence[keras.callbacks.Callback], steps: int):
-        super().__init__()
-        self.callbacks = list(callbacks)
-        self.steps = steps
-
-    def set_model(self, model):
-        super().set_model(model)
-        for callback in self.callbacks:
-            callback.set_model(model)
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = dict(logs or {})
-        for key in ("source_tokens", "target_tokens"):
-            if key in logs:
-                logs[key] = float(logs[key]) * self.steps
-        for callback in self.callbacks:
-            callback.on_train_batch_end(self.steps - 1, logs)
 
 
 class Trainer:

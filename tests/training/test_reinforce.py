@@ -166,7 +166,7 @@ def test_refinement_config_is_the_paper_recipe():
 
 def test_patience_stops_the_run_and_keeps_the_best(tmp_path):
     """DevEvaluation stops after rl.patience evaluations without a better BLEU."""
-    from gnmt_tf.training.trainer import DevEvaluation, RunControl
+    from gnmt_tf.training.callbacks import DevEvaluation, RunControl
 
     class FakeTrainer:
         patience = 2
