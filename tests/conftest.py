@@ -75,16 +75,17 @@ def _train_number_model(tmp_path):
     import tf_keras as keras
 
     from test_training import tiny_number_setup
+    from gnmt_tf import model_dir as layout
     from gnmt_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1234)
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
-    for name in ("test.tsv", "dev.tsv"):  # dev.tsv as python -m gnmt_tf.train keeps it with the model
-        with open(f"{model_dir}/{name}", "w", encoding="utf-8") as handle:
-            for source, target in dev_pairs:
-                handle.write(f"{source}\t{target}\n")
+    layout.write_dev_split(model_dir, dev_pairs)  # as python -m gnmt_tf.train keeps it with the model
+    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:  # held out, for the tests alone
+        for source, target in dev_pairs:
+            handle.write(f"{source}\t{target}\n")
     return model_dir, result
 
 

@@ -17,7 +17,6 @@ A restarted cluster resumes from the chief's last checkpoint.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -152,15 +151,14 @@ class Trainer:
         # A non-chief worker of a synchronous cluster takes part in every save, into a
         # directory of its own that it deletes; only the chief's checkpoint is kept.
         self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
-            checkpoint, os.path.join(layout.checkpoint_dir(model_dir), f"workertemp_{self.strategy.cluster_resolver.task_id}")
+            checkpoint, layout.worker_checkpoint_dir(model_dir, self.strategy.cluster_resolver.task_id)
         )
         # Distributed, the chief evaluates a one-device copy of the weights: model.evaluate would
         # need every worker (collectives, or the parameter-server coordinator).
         self.dev_model = self.model
         best_checkpoint = checkpoint
         if self.distributed and self.is_chief:
-            self.dev_model = GNMT(config.model)
-            self.dev_model.build()
+            self.dev_model = layout.build_model(config)
             if config.training.quantization_aware:
                 from gnmt_tf.quantization.qat import enable_quantization_aware_training
 
@@ -169,7 +167,7 @@ class Trainer:
         self._dev_loss = None
         self.best_manager = tf.train.CheckpointManager(best_checkpoint, layout.best_dir(model_dir), max_to_keep=1)
         self.dev_writer = (
-            tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev")) if self.is_chief else None
+            tf.summary.create_file_writer(layout.dev_log_dir(model_dir)) if self.is_chief else None
         )
         self.translator = Translator(self.dev_model, tokenizer, config.decoding) if self.is_chief else None
         self.control: Optional[RunControl] = None
@@ -185,15 +183,13 @@ class Trainer:
         elif init_checkpoint:
             # Through a plain model: restoring into the compiled one would also restore the
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
-            source = GNMT(self.config.model)
-            source.build()
-            tf.train.Checkpoint(model=source).restore(init_checkpoint).assert_existing_objects_matched().expect_partial()
-            self.model.set_weights(source.get_weights())
+            self.model.set_weights(layout.build_model(self.config, init_checkpoint).get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
         if not path:  # a new run starts at the schedule's first delta (it only falls from there)
             self.model.set_clip_delta(self.model.delta_schedule(0))
-        if self.best_manager.latest_checkpoint:  # resumed runs keep comparing against the old best
-            self.best_bleu = _read_best_bleu(self.model_dir)
+        best = layout.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
+        if best is not None:  # resumed runs keep comparing against the old best
+            self.best_bleu = best.score
 
     @property
     def step(self) -> int:
@@ -233,7 +229,7 @@ class Trainer:
         if improved:
             self.best_bleu = bleu.score
             self.best_manager.save(checkpoint_number=step)
-            _write_best_bleu(self.model_dir, step, bleu)
+            layout.write_best_bleu(self.model_dir, layout.BestBleu(bleu.score, step, bleu.signature))
         self.log(
             f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f} "
             f"at delta {layout.model_delta(model):.3g}"
@@ -283,7 +279,7 @@ class Trainer:
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(
-                    os.path.join(self.model_dir, layout.LOG_DIR, "train"), t.log_every,
+                    layout.train_log_dir(self.model_dir), t.log_every,
                     replicas=self.strategy.num_replicas_in_sync,
                 ),
                 DevEvaluation(self, t.eval_every),
@@ -374,20 +370,3 @@ class Trainer:
             best_bleu=self.best_bleu, delta=layout.model_delta(self.model), samples=samples,
         )
 
-
-_BEST_FILE = "best_bleu.txt"
-
-
-def _write_best_bleu(model_dir: str, step: int, bleu: BleuResult) -> None:
-    path = os.path.join(layout.best_dir(model_dir), _BEST_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(f"{bleu.score}\t{step}\t{bleu.signature}\n")
-    os.replace(path + ".tmp", path)
-
-
-def _read_best_bleu(model_dir: str) -> Optional[float]:
-    try:
-        with open(os.path.join(layout.best_dir(model_dir), _BEST_FILE), encoding="utf-8") as handle:
-            return float(handle.read().split("\t")[0])
-    except (OSError, ValueError):
-        return None

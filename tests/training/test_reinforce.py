@@ -232,7 +232,7 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("rl")
     init_dir = str(work / "init")
     os.makedirs(init_dir)
-    for name in (layout.CONFIG_FILE, "wordpieces.txt", "dev.tsv", "test.tsv"):
+    for name in (layout.CONFIG_FILE, "wordpieces.txt", layout.DEV_FILE, "test.tsv"):
         shutil.copy(os.path.join(model_dir, name), init_dir)
     model, _, _ = layout.load_model_dir(model_dir, which="latest")
     softmax = model.decoder.softmax_projection
