@@ -2,8 +2,10 @@
 
 * :mod:`~gnmt_tf.training.trainer`: :class:`Trainer` runs ``fit`` into a model directory;
   :mod:`~gnmt_tf.training.callbacks` holds the callbacks of its run.
-* :mod:`~gnmt_tf.training.losses`: the per-token cross-entropy of eq. 7 as a Keras loss;
-  :mod:`~gnmt_tf.training.reinforce`: RL refinement with the mixed objective of eq. 9.
+* :mod:`~gnmt_tf.training.objectives`: what ``GNMT.train_step`` minimises, passed to
+  ``compile``: maximum likelihood (eq. 7, through the Keras loss of
+  :mod:`~gnmt_tf.training.losses`), or RL refinement's mixed objective of eq. 9
+  (:mod:`~gnmt_tf.training.reinforce`).
 * :mod:`~gnmt_tf.training.optimizer`, :mod:`~gnmt_tf.training.schedules`: Adam then SGD,
   the learning rate and delta (eq. 10) schedules.
 
@@ -18,6 +20,7 @@ _PUBLIC = {
     "TrainResult": "gnmt_tf.training.trainer",
     "TrainingDiverged": "gnmt_tf.training.trainer",
     "SequenceCrossEntropy": "gnmt_tf.training.losses",
+    "MaximumLikelihood": "gnmt_tf.training.objectives",
     "MixedObjective": "gnmt_tf.training.reinforce",
     "AdamThenSGD": "gnmt_tf.training.optimizer",
     "GNMTLearningRate": "gnmt_tf.training.schedules",

@@ -29,7 +29,7 @@ from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 from gnmt_tf.training.losses import SequenceCrossEntropy
-from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.models.gnmt import GNMT, unpack_batch
 from gnmt_tf.training.callbacks import (
     DevEvaluation,
     PeriodicCheckpoint,
@@ -39,6 +39,7 @@ from gnmt_tf.training.callbacks import (
     TrainingSummaries,
     current_step,
 )
+from gnmt_tf.training.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
 from gnmt_tf.training.schedules import DeltaAnnealClock, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
@@ -124,7 +125,7 @@ class Trainer:
             self.model.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
-            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), objective=self._objective())
         if self.distributed:
             # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
             # default "sum" would add them up over the replicas.
@@ -134,16 +135,9 @@ class Trainer:
             from gnmt_tf.quantization.qat import enable_quantization_aware_training
 
             self.quantization_aware = enable_quantization_aware_training(self.model)
-        # RL refinement (section 5): the mixed objective of eq. 9 replaces the ML step, and the
-        # run stops once dev BLEU has not improved for rl.patience evaluations.
-        self.patience: Optional[int] = None
+        # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
+        self.patience: Optional[int] = config.rl.patience if config.training.objective == "rl" else None
         self.evaluations_since_best = 0
-        if config.training.objective == "rl":
-            from gnmt_tf.metrics.gleu import reward_function
-            from gnmt_tf.training.reinforce import MixedObjective
-
-            self.model.training_objective = MixedObjective(config.rl, reward_function(config.rl, tokenizer))
-            self.patience = config.rl.patience
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
@@ -173,6 +167,15 @@ class Trainer:
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
         self._restore(init_checkpoint)
+
+    def _objective(self):
+        """What training minimises: maximum likelihood (eq. 7), or for RL refinement the mixed objective of eq. 9."""
+        if self.config.training.objective == "rl":
+            from gnmt_tf.metrics.gleu import reward_function
+            from gnmt_tf.training.reinforce import MixedObjective
+
+            return MixedObjective(self.config.rl, reward_function(self.config.rl, self.tokenizer))
+        return MaximumLikelihood(SequenceCrossEntropy())
 
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
@@ -244,9 +247,10 @@ class Trainer:
         ``evaluate`` through the strategy even for a model built outside it.
         """
         if self._dev_loss is None:
-            loss = SequenceCrossEntropy()
-            model = self.dev_model
-            self._dev_loss = tf.function(lambda x, y: loss(y, model(x, training=False)), reduce_retracing=True)
+            objective, model = MaximumLikelihood(SequenceCrossEntropy()), self.dev_model  # as GNMT.test_step
+            self._dev_loss = tf.function(
+                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False)[0], reduce_retracing=True
+            )
         total = pairs = 0.0
         for x, y in dev_data:
             count = float(tf.shape(y)[0])

@@ -15,6 +15,7 @@ from gnmt_tf.config import RLConfig, load_config
 from gnmt_tf.data import read_tsv
 from gnmt_tf.metrics.gleu import sentence_gleu
 from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.training.objectives import Batch
 from gnmt_tf.training.reinforce import (
     MixedObjective,
     expected_reward,
@@ -115,7 +116,7 @@ def test_sampled_estimator_matches_the_exact_gradient_of_the_expected_reward():
     @tf.function
     def estimate():
         with tf.GradientTape() as tape:
-            loss, _ = objective.loss(model, sources, target_in, target_out)
+            loss, _ = objective.loss(model, Batch(sources, target_in, target_out))
             o_rl = -loss  # alpha = 0
         gradients = tape.gradient(o_rl, model.trainable_variables)
         return tf.concat([tf.reshape(g, [-1]) for g in gradients], 0)
@@ -143,7 +144,7 @@ def test_mixed_objective_is_alpha_times_ml_plus_rl(rng):
 
     source, target_in, target_out = copy_task(rng, 4, model.model_config.vocab_size)
     objective = MixedObjective(RLConfig(samples=3, ml_weight=0.25), lambda h, r: tf.ones([tf.shape(h)[0]]))
-    loss, logs = objective.loss(model, source, target_in, target_out)
+    loss, logs = objective.loss(model, Batch(source, target_in, target_out))
     logits = model((source, target_in)).numpy()
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.take_along_axis(log_probs, target_out[..., None], -1)[..., 0] * (target_out != PAD_ID)
