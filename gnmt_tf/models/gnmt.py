@@ -45,7 +45,8 @@ class GNMT(keras.Model):
 
     Attributes:
         clip_delta: the non-trainable scalar variable delta of eq. 10, shared by
-            every LSTM cell and residual sum. Training anneals it; use
+            every LSTM cell and residual sum. Training anneals it
+            (:class:`~gnmt_tf.training.callbacks.DeltaAnnealing`); use
             :meth:`set_clip_delta` to change it.
         objective: set by :meth:`compile`: what :meth:`train_step` minimises
             (:mod:`gnmt_tf.training.objectives`).
@@ -61,12 +62,9 @@ class GNMT(keras.Model):
             shape=(),
             initializer=keras.initializers.Constant(config.clip_delta),
             trainable=False,
-            # Training assigns it inside the step; one value for every replica.
+            # One value for every replica (training sets it between steps: DeltaAnnealing).
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
-        # A function of the optimizer's step giving delta (section 6); when set,
-        # every training step assigns delta from it before the forward pass.
-        self.delta_schedule = None
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
         )
@@ -173,8 +171,6 @@ class GNMT(keras.Model):
         in the batch, for throughput); and the objective's own logs.
         """
         batch = unpack_batch(data)
-        if self.delta_schedule is not None:
-            self.delta_schedule.update(self.clip_delta, self.optimizer.iterations)
         with tf.GradientTape() as tape:
             loss, objective_logs = self.objective.loss(self, batch, training=True)
             replicas = tf.distribute.get_strategy().num_replicas_in_sync

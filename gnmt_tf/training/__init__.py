@@ -25,6 +25,7 @@ _PUBLIC = {
     "AdamThenSGD": "gnmt_tf.training.optimizer",
     "GNMTLearningRate": "gnmt_tf.training.schedules",
     "DeltaSchedule": "gnmt_tf.training.schedules",
+    "DeltaAnnealing": "gnmt_tf.training.callbacks",
 }
 
 __all__ = sorted(_PUBLIC)

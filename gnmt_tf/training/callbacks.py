@@ -12,7 +12,9 @@
   the ``checkpoint`` index, so a crash mid-save leaves the last good one in place.
 * :class:`TrainingSummaries`: TensorBoard scalars every ``log_every`` steps.
 * :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps.
-* :class:`SegmentEnd`: the per-step callbacks at segment ends, for parameter-server ``fit``.
+* :class:`DeltaAnnealing`: delta (eq. 10) from its schedule before each training batch.
+* :class:`SegmentBoundaries`: the per-step callbacks at segment boundaries, for
+  parameter-server ``fit``.
 
 Each acts on the optimizer's step counter, which the checkpoint restores, so a
 resumed run acts at the same steps as an uninterrupted one.
@@ -197,13 +199,58 @@ class DevEvaluation(keras.callbacks.Callback):
                 self.model.stop_training = True
 
 
-class SegmentEnd(keras.callbacks.Callback):
-    """Runs the per-step callbacks at the end of each segment ("epoch") of ``steps`` steps.
+class DeltaAnnealing(keras.callbacks.Callback):
+    """Sets delta (eq. 10, ``model.clip_delta``) before each training batch from a delta schedule.
+
+    Section 6 anneals delta from 8 to 1 (:class:`~gnmt_tf.training.schedules.DeltaSchedule`).
+    Before each batch::
+
+        delta <- min(delta, schedule(step), schedule.at_time(seconds))
+
+    ``step`` is the optimizer's step counter before the batch's update (the step the batch
+    trains); ``seconds`` is the time since ``started`` (a ``clock()`` value), used only when
+    the schedule is bounded in time (``anneal_seconds``). ``started`` should be the origin of
+    the run's own time limit (``RunControl.started``), so that the time ``fit`` spends before
+    its first step counts towards the anneal as it counts towards the limit and a run its
+    clock stops has finished annealing; by default it is the start of ``fit``.
+
+    Delta never rises: a resumed run (whose clock restarts) continues from the delta of its
+    checkpoint. A run that begins at step 0 begins at the schedule's first delta.
+
+    Under ParameterServerStrategy Keras allows only epoch-level callbacks; the Trainer wraps
+    this one in :class:`SegmentBoundaries`, so delta then moves at segment boundaries: it is
+    set at each segment's start from the segment's first step, and holds for the segment.
+    Under MultiWorkerMirroredStrategy every worker computes the same delta from the same step.
+    """
+
+    def __init__(self, schedule, started: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.schedule = schedule
+        self.started = started
+        self.clock = clock
+
+    def on_train_begin(self, logs=None):
+        if self.started is None:
+            self.started = self.clock()
+        if current_step(self.model) == 0:
+            self.model.set_clip_delta(self.schedule(0))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        target = self.schedule(current_step(self.model))
+        if self.schedule.anneal_seconds is not None:
+            target = min(target, self.schedule.at_time(self.clock() - self.started))
+        if target < float(self.model.clip_delta.numpy()):
+            self.model.set_clip_delta(target)
+
+
+class SegmentBoundaries(keras.callbacks.Callback):
+    """Runs per-step callbacks at the boundaries of segments ("epochs") of ``steps`` steps.
 
     Parameter-server ``fit`` schedules steps asynchronously and allows only epoch-level
-    callbacks, so the Trainer makes every step a callback acts on a segment end. The logs
-    are the segment's last step (the loss: its mean over the segment); the token counts are
-    scaled to the segment's steps for the throughput summaries.
+    callbacks, so the Trainer makes every step a callback acts on a segment end. Batch-begin
+    hooks run at a segment's start, batch-end hooks at its end, with the segment's last
+    step's logs (the loss: its mean over the segment); the token counts are scaled to the
+    segment's steps for the throughput summaries.
     """
 
     def __init__(self, callbacks: Sequence[keras.callbacks.Callback], steps: int):
@@ -216,6 +263,14 @@ class SegmentEnd(keras.callbacks.Callback):
         for callback in self.callbacks:
             callback.set_model(model)
 
+    def on_train_begin(self, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_begin(logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_batch_begin(0, logs)
+
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
         for key in ("source_tokens", "target_tokens"):
@@ -223,3 +278,7 @@ class SegmentEnd(keras.callbacks.Callback):
                 logs[key] = float(logs[key]) * self.steps
         for callback in self.callbacks:
             callback.on_train_batch_end(self.steps - 1, logs)
+
+    def on_train_end(self, logs=None):
+        for callback in self.callbacks:
+            callback.on_train_end(logs)

@@ -31,17 +31,18 @@ from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 from gnmt_tf.training.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT, unpack_batch
 from gnmt_tf.training.callbacks import (
+    DeltaAnnealing,
     DevEvaluation,
     PeriodicCheckpoint,
     RunControl,
-    SegmentEnd,
+    SegmentBoundaries,
     StopAgreement,
     TrainingSummaries,
     current_step,
 )
 from gnmt_tf.training.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
-from gnmt_tf.training.schedules import DeltaAnnealClock, DeltaSchedule
+from gnmt_tf.training.schedules import DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
 
@@ -115,14 +116,14 @@ class Trainer:
         self.multi_worker = distribute.is_multi_worker(self.strategy)
         self.coordinated = distribute.uses_coordinator(self.strategy)
         self.best_bleu: Optional[float] = None
+        # delta's anneal (section 6), bounded in time too where one clock rules the run.
+        self.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
         self.last_bleu: Optional[BleuResult] = None
         self.last_perplexity: Optional[float] = None
 
         with self.strategy.scope():
             self.model = GNMT(config.model, parallel=config.parallel)
             self.model.build()
-            # Bounded in time too where one clock rules the run (see DeltaSchedule).
-            self.model.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
             self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), objective=self._objective())
@@ -188,8 +189,6 @@ class Trainer:
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
             self.model.set_weights(layout.build_model(self.config, init_checkpoint).get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
-        if not path:  # a new run starts at the schedule's first delta (it only falls from there)
-            self.model.set_clip_delta(self.model.delta_schedule(0))
         best = layout.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
         if best is not None:  # resumed runs keep comparing against the old best
             self.best_bleu = best.score
@@ -277,9 +276,7 @@ class Trainer:
         train_data = self._training_data()
         self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
         checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
-        callbacks = [self.control, checkpointing]
-        if self.model.delta_schedule.time_cap is not None:
-            callbacks.insert(0, DeltaAnnealClock(self.model.delta_schedule, started=self.control.started))
+        callbacks = [DeltaAnnealing(self.delta_schedule, started=self.control.started), self.control, checkpointing]
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(
@@ -296,7 +293,7 @@ class Trainer:
         if self.coordinated:
             # Every step some callback acts on (and max_steps) ends a segment.
             segment = math.gcd(t.log_every, t.checkpoint_every, t.eval_every, self.step, max_steps)
-            callbacks = [SegmentEnd(callbacks, segment)]
+            callbacks = [SegmentBoundaries(callbacks, segment)]
         initial_epoch = self.step // segment
         epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
         self.log(
