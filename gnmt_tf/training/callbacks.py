@@ -11,7 +11,8 @@
   TensorFlow writes a checkpoint's files first and then atomically replaces
   the ``checkpoint`` index, so a crash mid-save leaves the last good one in place.
 * :class:`TrainingSummaries`: TensorBoard scalars every ``log_every`` steps.
-* :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps.
+* :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps, and, with a
+  patience, the end of a run whose dev BLEU stopped improving (:class:`BestScore`).
 * :class:`DeltaAnnealing`: delta (eq. 10) from its schedule before each training batch.
 * :class:`SegmentBoundaries`: the per-step callbacks at segment boundaries, for
   parameter-server ``fit``.
@@ -25,13 +26,10 @@ from __future__ import annotations
 import math
 import signal
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 import tf_keras as keras
-
-if TYPE_CHECKING:
-    from gnmt_tf.training.trainer import Trainer
 
 
 def current_step(model: keras.Model) -> int:
@@ -172,31 +170,63 @@ class TrainingSummaries(keras.callbacks.Callback):
         self._since = time.monotonic()
 
 
-class DevEvaluation(keras.callbacks.Callback):
-    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``.
+class BestScore:
+    """The best dev BLEU so far, and how many evaluations in a row have not beaten it."""
 
-    With a patience (RL refinement), stops the run after that many evaluations in a row
-    without a better dev BLEU.
+    def __init__(self, best: Optional[float] = None):
+        self.best = best  # a resumed run's best so far (best/best_bleu.txt), or None
+        self.evaluations_since_best = 0
+
+    def add(self, score: float) -> bool:
+        """Record one evaluation's score; whether it is a new best."""
+        improved = self.best is None or score > self.best
+        if improved:
+            self.best, self.evaluations_since_best = score, 0
+        else:
+            self.evaluations_since_best += 1
+        return improved
+
+
+class DevEvaluation(keras.callbacks.Callback):
+    """The dev evaluation every ``every`` steps; with a ``patience``, an end to a run that stopped improving.
+
+    RL refinement (section 5, ``rl.patience``) runs "until BLEU score on a dev set does not
+    change": with a patience, the run stops after that many evaluations in a row without a
+    better dev BLEU.
+
+    Args:
+        evaluate: ``evaluate(step)`` evaluates the model on the dev set and adds its BLEU to
+            ``record`` (:meth:`Trainer.evaluate_dev`, which also keeps the best checkpoint).
+        record: the :class:`BestScore` that ``evaluate`` adds to.
+        every: steps between evaluations.
+        control: the run's :class:`RunControl`: a diverged run is not evaluated, and a stop
+            for want of improvement is recorded as its stop reason.
+        patience: evaluations without a better BLEU before the run stops; None: never stop.
     """
 
-    def __init__(self, trainer: "Trainer", every: int):
+    def __init__(
+        self, evaluate: Callable[[int], object], record: BestScore, every: int, control: RunControl,
+        patience: Optional[int] = None,
+    ):
         super().__init__()
-        self.trainer = trainer
+        self.evaluate = evaluate
+        self.record = record
         self.every = every
+        self.control = control
+        self.patience = patience
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.trainer.control.stop_reason == "diverged":
+        if self.control.stop_reason == "diverged":
             return
         step = current_step(self.model)
-        if step % self.every == 0:
-            self.trainer.evaluate_dev(step)
-            patience = self.trainer.patience
-            if patience is not None and self.trainer.evaluations_since_best >= patience:
-                control = self.trainer.control
-                control.stop_reason = control.stop_reason or (
-                    f"dev BLEU did not improve in {patience} evaluations (rl.patience)"
-                )
-                self.model.stop_training = True
+        if step % self.every:
+            return
+        self.evaluate(step)
+        if self.patience is not None and self.record.evaluations_since_best >= self.patience:
+            self.control.stop_reason = self.control.stop_reason or (
+                f"dev BLEU did not improve in {self.patience} evaluations (rl.patience)"
+            )
+            self.model.stop_training = True
 
 
 class DeltaAnnealing(keras.callbacks.Callback):

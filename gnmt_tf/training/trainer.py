@@ -31,6 +31,7 @@ from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 from gnmt_tf.training.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT, unpack_batch
 from gnmt_tf.training.callbacks import (
+    BestScore,
     DeltaAnnealing,
     DevEvaluation,
     PeriodicCheckpoint,
@@ -115,7 +116,6 @@ class Trainer:
         self.is_chief = distribute.is_chief(self.strategy)  # the one writer of model_dir
         self.multi_worker = distribute.is_multi_worker(self.strategy)
         self.coordinated = distribute.uses_coordinator(self.strategy)
-        self.best_bleu: Optional[float] = None
         # delta's anneal (section 6), bounded in time too where one clock rules the run.
         self.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
         self.last_bleu: Optional[BleuResult] = None
@@ -136,9 +136,6 @@ class Trainer:
             from gnmt_tf.quantization.qat import enable_quantization_aware_training
 
             self.quantization_aware = enable_quantization_aware_training(self.model)
-        # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
-        self.patience: Optional[int] = config.rl.patience if config.training.objective == "rl" else None
-        self.evaluations_since_best = 0
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
@@ -190,12 +187,16 @@ class Trainer:
             self.model.set_weights(layout.build_model(self.config, init_checkpoint).get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
         best = layout.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
-        if best is not None:  # resumed runs keep comparing against the old best
-            self.best_bleu = best.score
+        # The dev BLEU to beat: a resumed run keeps comparing against its old best.
+        self.dev_record = BestScore(best.score if best is not None else None)
 
     @property
     def step(self) -> int:
         return current_step(self.model)
+
+    @property
+    def best_bleu(self) -> Optional[float]:
+        return self.dev_record.best
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_dev(self, step: int) -> Tuple[float, BleuResult]:
@@ -226,10 +227,8 @@ class Trainer:
         self.dev_writer.flush()
         self.last_bleu, self.last_perplexity = bleu, perplexity
         self._evaluated_step = step
-        improved = self.best_bleu is None or bleu.score > self.best_bleu
-        self.evaluations_since_best = 0 if improved else self.evaluations_since_best + 1
+        improved = self.dev_record.add(bleu.score)
         if improved:
-            self.best_bleu = bleu.score
             self.best_manager.save(checkpoint_number=step)
             layout.write_best_bleu(self.model_dir, layout.BestBleu(bleu.score, step, bleu.signature))
         self.log(
@@ -283,7 +282,11 @@ class Trainer:
                     layout.train_log_dir(self.model_dir), t.log_every,
                     replicas=self.strategy.num_replicas_in_sync,
                 ),
-                DevEvaluation(self, t.eval_every),
+                # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
+                DevEvaluation(
+                    self.evaluate_dev, self.dev_record, t.eval_every, self.control,
+                    patience=self.config.rl.patience if t.objective == "rl" else None,
+                ),
             ]
         if self.multi_worker:
             self.control.synchronized = True
