@@ -153,6 +153,16 @@ class GNMT(keras.Model):
         with self.distribute_strategy.scope():  # where Keras creates its own metrics
             self._running_means = _RunningMeans()
 
+    def compile_from_config(self, config):
+        """Compile a loaded model as it was saved (Keras skips a custom ``compile`` otherwise).
+
+        The objective is not saved: a loaded model trains by maximum likelihood of its
+        compiled loss until ``compile`` is given another objective.
+        """
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built and isinstance(self.optimizer, keras.optimizers.Optimizer):
+            self.optimizer.build(self.trainable_variables)  # so that the saved optimizer state loads
+
     @property
     def metrics(self):
         """Keras' metrics plus the running means of the logged loss and perplexity (reset each epoch)."""

@@ -19,8 +19,10 @@ class SequenceCrossEntropy(keras.losses.Loss):
     distribution strategy.
     """
 
-    def __init__(self, name: str = "sequence_cross_entropy", **kwargs):
-        super().__init__(name=name, reduction=keras.losses.Reduction.SUM_OVER_BATCH_SIZE, **kwargs)
+    def __init__(
+        self, name: str = "sequence_cross_entropy", reduction=keras.losses.Reduction.SUM_OVER_BATCH_SIZE, **kwargs
+    ):  # reduction: as get_config records it, so that a saved compiled model loads
+        super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
         y_true = tf.cast(y_true, tf.int32)
