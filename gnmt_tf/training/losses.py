@@ -15,8 +15,8 @@ class SequenceCrossEntropy(keras.losses.Loss):
     Its exponential is the per-token perplexity. ``y_true`` holds target
     output ids [batch, tgt]; ``y_pred`` the logits [batch, tgt, vocab].
     ``call`` already returns the mean, so the SUM_OVER_BATCH_SIZE reduction
-    leaves it as it is, and lets Keras divide it by the replica count under a
-    distribution strategy.
+    leaves it as it is; under a distribution strategy ``GNMT.train_step`` divides
+    it by the replica count, as Keras does with a compiled loss.
     """
 
     def __init__(
