@@ -183,6 +183,7 @@ class GNMT(keras.Model):
         batch = unpack_batch(data)
         with tf.GradientTape() as tape:
             loss, objective_logs = self.objective.loss(self, batch, training=True)
+            # Synchronous replicas add their gradients up: each takes its share (as Keras scales a compiled loss).
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             scaled = loss * (1.0 / replicas) if replicas > 1 else loss
         gradients = tape.gradient(scaled, self.trainable_variables)
@@ -195,12 +196,13 @@ class GNMT(keras.Model):
         return logs
 
     def test_step(self, data):
-        """The compiled teacher-forcing loss of a batch; logs as :meth:`train_step`'s first four."""
+        """The compiled teacher-forcing loss of a batch: logs ``loss``, ``perplexity`` and the token counts."""
         batch = unpack_batch(data)
         loss, objective_logs = self._evaluation_objective.loss(self, batch, training=False)
         return self._logs(batch, loss, objective_logs)
 
     def _logs(self, batch: Batch, loss, objective_logs) -> Dict[str, tf.Tensor]:
+        """The logs every objective shares, after the objective's own (its REFERENCE_NLL becomes perplexity)."""
         logs = dict(objective_logs)
         means = self._running_means
         sentences = tf.shape(batch.target_output_ids)[0]
