@@ -5,8 +5,8 @@
 Source tokens/s is the measure of Ono et al. (2019, table 3). Each scheme trains
 the same model (default: the shipped ``small`` config) on one fixed synthetic
 batch with the real training step (``GNMT.train_step`` through ``model.fit``,
-the compiled AdamThenSGD optimizer and delta schedule, as gnmt_tf/training/trainer.py
-sets them up): a few warm-up steps (tracing included), then timed steps. Every scheme runs
+the compiled AdamThenSGD optimizer and the delta annealing callback, as
+gnmt_tf/training/trainer.py sets them up): a few warm-up steps (tracing included), then timed steps. Every scheme runs
 ``--rounds`` times in alternating order and its best round counts (all are kept).
 
 Schemes, each in its own worker process (logical devices are fixed per process):
@@ -99,6 +99,7 @@ def run_worker(args) -> dict:
     from gnmt_tf.training.losses import SequenceCrossEntropy
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
+    from gnmt_tf.training.callbacks import DeltaAnnealing
     from gnmt_tf.training.schedules import DeltaSchedule
 
     config = load_config(args.config)
@@ -116,7 +117,6 @@ def run_worker(args) -> dict:
     with strategy.scope():  # as gnmt_tf.training.trainer.Trainer builds it
         model = GNMT(config.model, parallel=parallel)
         model.build()
-        model.delta_schedule = DeltaSchedule.from_config_section(config)
         optimizer = AdamThenSGD.from_config_section(config)
         optimizer.build(model.trainable_variables)
         model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
@@ -126,11 +126,12 @@ def run_worker(args) -> dict:
         np, rng, batch, args.min_length, args.max_length, config.model.vocab_size
     )
     dataset = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat()
+    delta = [DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))]
     started = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)
+    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=delta)
     warmup_seconds = time.perf_counter() - started
     started, cpu_started = time.perf_counter(), time.process_time()
-    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=delta)
     seconds = time.perf_counter() - started
     # CPU time of all this process' threads: less sensitive than wall time to other jobs on the machine.
     cpu_seconds = time.process_time() - cpu_started

@@ -70,18 +70,10 @@ def next_version(base: str) -> int:
 
 
 def dev_pairs(model_dir: str, count: int) -> List[Tuple[str, str]]:
-    """The first ``count`` (source, reference) pairs of the dev split kept with the model."""
-    pairs: List[Tuple[str, str]] = []
-    path = os.path.join(model_dir, "dev.tsv")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                fields = line.rstrip("\n").split("\t")
-                if len(fields) == 2 and fields[0].strip():
-                    pairs.append((fields[0].strip(), fields[1]))
-                if len(pairs) >= count:
-                    break
-    return pairs
+    """The first ``count`` (source, reference) pairs of the dev split kept with the model (none without one)."""
+    from gnmt_tf import model_dir as layout
+
+    return layout.read_dev_split(model_dir)[:count] if layout.has_dev_split(model_dir) else []
 
 
 def verification_sentences(model_dir: str, count: int) -> List[str]:
@@ -271,11 +263,12 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding) -> None:
     """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.model_dir import DEV_FILE
 
     pairs = dev_pairs(request.model_dir, request.bleu_sentences)
     if not pairs:
         raise ExportError(
-            f"{request.model_dir} has no dev.tsv to check the int8 export's BLEU against; "
+            f"{request.model_dir} has no {DEV_FILE} to check the int8 export's BLEU against; "
             f"int8 exports are only made from model directories written by python -m gnmt_tf.train"
         )
     sources = [source for source, _ in pairs]

@@ -3,13 +3,23 @@
     MODEL_DIR/
       config.yaml        the whole config, with the vocabulary size actually learned
       wordpieces.txt     the shared wordpiece vocabulary (gnmt_tf.data.tokenizer)
-      checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer)
-      best/              the checkpoint with the best dev BLEU so far
-      averaged/          the mean of the last N checkpoints (python -m gnmt_tf.average)
+      dev.tsv            the dev split, source<TAB>target with whitespace folded (dev BLEU,
+                         the export checks, the dev split of a fine-tune)
+      checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer);
+                         in a multi-worker run also workertemp_<task>/, a worker's own
+                         saves, deleted as soon as written
+      best/              the checkpoint with the best dev BLEU so far (model only when
+                         distributed), and best_bleu.txt: its BLEU, step and signature
+      averaged/          the mean of the last N checkpoints (python -m gnmt_tf.average), and
+                         sources.txt: the checkpoints it averages
       logs/train, logs/dev   TensorBoard summaries
+      training_curves.png    the curves of logs/ (python -m gnmt_tf.report), once drawn
 
-``load_model_dir`` gives back the model, the tokenizer and the config; nothing
-else (no training data, no command-line flags) is needed to translate.
+This module names every one of these files and is the one place that reads and
+writes the dev split and best_bleu.txt. ``load_model_dir`` gives back the model,
+the tokenizer and the config; nothing else (no training data, no command-line
+flags) is needed to translate. :func:`build_model` is the one way to build a GNMT
+of a config and restore a checkpoint into it.
 
 Every checkpoint holds the delta it was trained at (the model's ``clip_delta``
 variable, eq. 10), and a model is always used at that delta: a run stopped
@@ -22,20 +32,25 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from gnmt_tf.config import GNMTConfig, load_config
+from gnmt_tf.data import DataError, Pair, read_tsv
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 
 CONFIG_FILE = "config.yaml"
+DEV_FILE = "dev.tsv"
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
+BEST_BLEU_FILE = "best_bleu.txt"  # in best/
 AVERAGED_DIR = "averaged"
+AVERAGED_SOURCES_FILE = "sources.txt"  # in averaged/
 CHECKPOINT_CHOICES = ("best", "latest", "averaged")
 LOG_DIR = "logs"
+TRAIN_LOGS, DEV_LOGS = "train", "dev"  # in logs/
 
 
 class ModelDirError(ValueError):
@@ -54,6 +69,19 @@ def averaged_dir(model_dir: str) -> str:
     return os.path.join(model_dir, AVERAGED_DIR)
 
 
+def worker_checkpoint_dir(model_dir: str, task_id: int) -> str:
+    """Where a non-chief worker of a synchronous cluster saves (and at once deletes) its checkpoints."""
+    return os.path.join(checkpoint_dir(model_dir), f"workertemp_{task_id}")
+
+
+def train_log_dir(model_dir: str) -> str:
+    return os.path.join(model_dir, LOG_DIR, TRAIN_LOGS)
+
+
+def dev_log_dir(model_dir: str) -> str:
+    return os.path.join(model_dir, LOG_DIR, DEV_LOGS)
+
+
 def has_config(model_dir: str) -> bool:
     return os.path.exists(os.path.join(model_dir, CONFIG_FILE))
 
@@ -65,6 +93,76 @@ def save_metadata(model_dir: str, config: GNMTConfig, tokenizer: WordpieceTokeni
     config.save(os.path.join(model_dir, CONFIG_FILE))
 
 
+# ------------------------------------------------------------------ the dev split
+def dev_split_path(model_dir: str) -> str:
+    return os.path.join(model_dir, DEV_FILE)
+
+
+def has_dev_split(model_dir: str) -> bool:
+    return os.path.exists(dev_split_path(model_dir))
+
+
+def folded(pair: Pair) -> Pair:
+    """A pair as the dev split stores it: each side's whitespace folded to single spaces.
+
+    A TSV line holds neither tabs nor newlines inside a side (catalog strings have newlines).
+    """
+    return tuple(" ".join(side.split()) for side in pair)
+
+
+def write_dev_split(model_dir: str, pairs: Sequence[Pair]) -> str:
+    """Keep the dev split with the model (atomically); :func:`read_dev_split` reads it back."""
+    path = dev_split_path(model_dir)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        for source, target in map(folded, pairs):
+            handle.write(f"{source}\t{target}\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def read_dev_split(model_dir: str) -> List[Pair]:
+    """The dev split kept with the model, in its order, through :func:`gnmt_tf.data.read_tsv`.
+
+    Raises :class:`ModelDirError` if the model directory has none (or an empty one).
+    """
+    if not has_dev_split(model_dir):
+        raise ModelDirError(f"{model_dir} has no dev split ({DEV_FILE}); python -m gnmt_tf.train writes one")
+    try:
+        # No length limit: every pair the writer kept is read back.
+        pairs, _ = read_tsv(dev_split_path(model_dir), max_words=sys.maxsize)
+    except DataError as err:
+        raise ModelDirError(f"{model_dir}: {err}") from None
+    return pairs
+
+
+# ------------------------------------------------------------------ the best dev BLEU
+class BestBleu(NamedTuple):
+    """best/best_bleu.txt: the dev BLEU of the checkpoint in best/, its step, and the BLEU signature."""
+
+    score: float
+    step: int
+    signature: str
+
+
+def write_best_bleu(model_dir: str, best: BestBleu) -> None:
+    """Record the BLEU of the checkpoint just saved in best/ (atomically)."""
+    path = os.path.join(best_dir(model_dir), BEST_BLEU_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(f"{best.score}\t{best.step}\t{best.signature}\n")
+    os.replace(path + ".tmp", path)
+
+
+def read_best_bleu(model_dir: str) -> Optional[BestBleu]:
+    """What :func:`write_best_bleu` recorded; None if there is no (readable) record."""
+    try:
+        with open(os.path.join(best_dir(model_dir), BEST_BLEU_FILE), encoding="utf-8") as handle:
+            score, step, signature = handle.read().rstrip("\n").split("\t", 2)
+        return BestBleu(float(score), int(step), signature)
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------ metadata and checkpoints
 def load_metadata(model_dir: str) -> Tuple[GNMTConfig, WordpieceTokenizer]:
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}")
@@ -146,11 +244,16 @@ def load_model_dir(
 
 
 def build_model(config: GNMTConfig, checkpoint: Optional[str] = None) -> GNMT:
-    """A built GNMT of ``config``, with the weights (and delta) of ``checkpoint`` if given."""
+    """A built GNMT of ``config`` on one device, with the weights (and delta) of ``checkpoint`` if given.
+
+    Every variable of the model must be in the checkpoint (a checkpoint of another config
+    fails here instead of leaving weights at their initial values); what else the
+    checkpoint holds, such as the optimizer's state, is not read.
+    """
     model = GNMT(config.model)
     model.build()
     if checkpoint:
-        tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
+        tf.train.Checkpoint(model=model).restore(checkpoint).assert_existing_objects_matched().expect_partial()
     return model
 
 

@@ -18,7 +18,7 @@ Two kinds of picture:
   context vector), drawn as Bahdanau et al. (2015, fig. 3) draw their
   alignments: source on the x axis, target on the y axis, one grey cell per
   (target, source) pair, white for weight 1 and black for weight 0;
-* the training curves a run logs to TensorBoard (:class:`gnmt_tf.training.trainer.TrainingSummaries`
+* the training curves a run logs to TensorBoard (:class:`gnmt_tf.training.callbacks.TrainingSummaries`
   and the dev evaluation): training loss, dev BLEU, the clipping bound delta
   (section 6) and the learning rate (section 8.3), against the step.
 """
@@ -37,7 +37,7 @@ EOS_PIECE = "</s>"
 MAX_TITLE_CHARACTERS = 90
 
 # The four training-curve panels: (title, series drawn as lines, series drawn as points, y label).
-# Tags are "<log subdirectory>/<scalar tag>" as written under MODEL_DIR/logs/ by gnmt_tf.training.trainer:
+# Tags are "<log subdirectory>/<scalar tag>" as written under MODEL_DIR/logs/ by gnmt_tf.training:
 # TrainingSummaries writes logs/train/{loss, perplexity, learning_rate, delta, gradient_norm, ...}
 # every training.log_every steps; Trainer.evaluate_dev writes logs/dev/{loss, perplexity, bleu}.
 CURVE_PANELS = (

@@ -10,8 +10,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 TESTS = os.path.dirname(os.path.abspath(__file__))
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
+# tests/ and its package directories (tests/<package>/, no __init__.py; file names unique across
+# the tree), so that helpers and shared setups import by module name wherever a test lives.
+for directory in [TESTS] + sorted(
+    entry.path for entry in os.scandir(TESTS) if entry.is_dir() and not entry.name.startswith((".", "_"))
+):
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
 
 
 @pytest.fixture
@@ -70,16 +75,17 @@ def _train_number_model(tmp_path):
     import tf_keras as keras
 
     from test_training import tiny_number_setup
+    from gnmt_tf import model_dir as layout
     from gnmt_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1234)
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
-    for name in ("test.tsv", "dev.tsv"):  # dev.tsv as python -m gnmt_tf.train keeps it with the model
-        with open(f"{model_dir}/{name}", "w", encoding="utf-8") as handle:
-            for source, target in dev_pairs:
-                handle.write(f"{source}\t{target}\n")
+    layout.write_dev_split(model_dir, dev_pairs)  # as python -m gnmt_tf.train keeps it with the model
+    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:  # held out, for the tests alone
+        for source, target in dev_pairs:
+            handle.write(f"{source}\t{target}\n")
     return model_dir, result
 
 

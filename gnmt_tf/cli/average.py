@@ -20,7 +20,6 @@ from typing import Callable, List, Tuple
 from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 
-
 def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
     """The newest ``last`` checkpoint paths of ``model_dir``, oldest first."""
     import tensorflow as tf
@@ -54,12 +53,11 @@ def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = 
 
     config, _ = layout.load_metadata(model_dir)
     paths = checkpoints_to_average(model_dir, last)
-    model = layout.build_model(config)
-    delta_index = next(i for i, w in enumerate(model.weights) if w is model.clip_delta)
     total = None
     deltas = []
     for path in paths:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        model = layout.build_model(config, path)
+        delta_index = next(i for i, w in enumerate(model.weights) if w is model.clip_delta)
         weights = [np.asarray(w, np.float64) for w in model.get_weights()]
         deltas.append(float(weights[delta_index]))
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
@@ -72,7 +70,7 @@ def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = 
     step = int(paths[-1].rsplit("-", 1)[-1])
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), layout.averaged_dir(model_dir), max_to_keep=1)
     path = manager.save(checkpoint_number=step)
-    with open(os.path.join(layout.averaged_dir(model_dir), "sources.txt"), "w", encoding="utf-8") as handle:
+    with open(os.path.join(layout.averaged_dir(model_dir), layout.AVERAGED_SOURCES_FILE), "w", encoding="utf-8") as handle:
         handle.writelines(f"{os.path.basename(p)}\n" for p in paths)
     return path, paths
 

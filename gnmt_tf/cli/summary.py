@@ -32,15 +32,14 @@ def main(argv=None) -> int:
     start_tensorflow(args.verbose)
 
     from gnmt_tf.config import ConfigError, load_config, parse_overrides
-    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.model_dir import build_model
 
     try:
         config = load_config(args.config, overrides=parse_overrides(args.overrides))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    model = GNMT(config.model)
-    model.build()
+    model = build_model(config)
     model.summary(expand_nested=True)
     trainable = sum(int(w.shape.num_elements()) for w in model.trainable_weights)
     print(f"trainable parameters: {trainable:,}")

@@ -28,7 +28,6 @@ import time
 from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
 
 DEFAULT_CONFIG = "small"
-DEV_FILE = "dev.tsv"  # the dev split, kept in the model directory
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
 REFINEMENTS = ("qat", "rl")  # fine-tunes of a trained model (--refine)
 
@@ -162,7 +161,7 @@ def _run(args) -> int:
     config.model.vocab_size = tokenizer.vocab_size
     if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
         layout.save_metadata(model_dir, config, tokenizer)
-        _write_dev(model_dir, dev_pairs)
+        layout.write_dev_split(model_dir, dev_pairs)
 
     from gnmt_tf.training.trainer import Trainer
 
@@ -223,7 +222,6 @@ def _run_refine(args) -> int:
     """``--refine qat|rl``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
     from gnmt_tf import model_dir as layout
     from gnmt_tf.config import ConfigError, load_config
-    from gnmt_tf.data import read_tsv
 
     init_dir, model_dir = args.init_from, args.model_dir
     init_config, tokenizer = layout.load_metadata(init_dir)
@@ -255,14 +253,12 @@ def _run_refine(args) -> int:
             f"only model.dropout may be changed for the fine-tune"
         )
 
-    init_dev = os.path.join(init_dir, DEV_FILE)
-    dev_from_init = not args.dev and os.path.exists(init_dev)
-    if dev_from_init:  # the model's own dev split, so its dev BLEU stays comparable
-        dev_pairs, _ = read_tsv(init_dev)
+    if not args.dev and layout.has_dev_split(init_dir):  # the model's own dev split: its BLEU stays comparable
+        dev_pairs = layout.read_dev_split(init_dir)
         train_pairs = _load_training_pairs(args)
-        held_out = {_folded(pair) for pair in dev_pairs}
-        kept = [pair for pair in train_pairs if _folded(pair) not in held_out]
-        print(f"dev split: the {len(dev_pairs):,} pairs of {init_dev}; "
+        held_out = {layout.folded(pair) for pair in dev_pairs}  # compared as the dev split stores pairs
+        kept = [pair for pair in train_pairs if layout.folded(pair) not in held_out]
+        print(f"dev split: the {len(dev_pairs):,} pairs of {layout.dev_split_path(init_dir)}; "
               f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
         train_pairs = kept
         print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
@@ -273,7 +269,7 @@ def _run_refine(args) -> int:
               f"on other data, pass that with --train")
     if _is_chief(strategy):
         layout.save_metadata(model_dir, config, tokenizer)
-        _write_dev(model_dir, dev_pairs)
+        layout.write_dev_split(model_dir, dev_pairs)
 
     from gnmt_tf.training.trainer import Trainer
 
@@ -375,20 +371,6 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
         f"({len(tokenizer.alphabet)} basic characters) in {time.monotonic() - started:.1f} s"
     )
     return tokenizer
-
-
-def _folded(pair):
-    """A pair as dev.tsv stores it: whitespace folded to single spaces."""
-    return tuple(" ".join(side.split()) for side in pair)
-
-
-def _write_dev(model_dir, dev_pairs):
-    """Keep the dev split with the model (whitespace folded: TSV cannot hold tabs or newlines)."""
-    path = os.path.join(model_dir, DEV_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        for source, target in dev_pairs:
-            handle.write(f"{' '.join(source.split())}\t{' '.join(target.split())}\n")
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
 from gnmt_tf.layers.weights import WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
+from gnmt_tf.training.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -45,8 +46,11 @@ class GNMT(keras.Model):
 
     Attributes:
         clip_delta: the non-trainable scalar variable delta of eq. 10, shared by
-            every LSTM cell and residual sum. Training anneals it; use
+            every LSTM cell and residual sum. Training anneals it
+            (:class:`~gnmt_tf.training.callbacks.DeltaAnnealing`); use
             :meth:`set_clip_delta` to change it.
+        objective: set by :meth:`compile`: what :meth:`train_step` minimises
+            (:mod:`gnmt_tf.training.objectives`).
     """
 
     def __init__(self, config: Union[ModelConfig, Dict[str, Any]], parallel=None, **kwargs):
@@ -59,17 +63,11 @@ class GNMT(keras.Model):
             shape=(),
             initializer=keras.initializers.Constant(config.clip_delta),
             trainable=False,
-            # Training assigns it inside the step; one value for every replica.
+            # One value for every replica (training sets it between steps: DeltaAnnealing).
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
-        # A function of the optimizer's step giving delta (section 6); when set,
-        # every training step assigns delta from it before the forward pass.
-        self.delta_schedule = None
-        # When set, an object whose ``train_step(model, data)`` replaces the maximum-likelihood
-        # step (eq. 7), e.g. the mixed RL objective of eq. 9 (gnmt_tf.training.reinforce.MixedObjective).
-        self.training_objective = None
         # The one reader of every kernel and embedding table: float, fake-quantized or int8,
-        # whichever transform_weights() scope the model is traced in (gnmt_tf.layers.weights).
+        # whichever transformed_weights() scope the model is traced in (gnmt_tf.layers.weights).
         self.weight_reader = WeightReader()
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
@@ -132,46 +130,99 @@ class GNMT(keras.Model):
         )
 
     # ------------------------------------------------------------------ training
-    def train_step(self, data):
-        """Keras' training step, plus delta annealing and the logs training wants.
+    # Set by compile: what train_step minimises (gnmt_tf.training.objectives), and the
+    # teacher-forcing objective of the compiled loss, which test_step reports.
+    objective = None
+    _evaluation_objective = None
+    _running_means = None
 
-        Logs besides the compiled loss and metrics: ``perplexity`` (exp of the
-        per-token loss), ``gradient_norm`` (global norm before clipping),
-        ``learning_rate``, ``delta``, and ``source_tokens`` / ``target_tokens`` (real
-        tokens in the batch, for throughput).
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None, **kwargs):
+        """Keras' ``compile``, plus the objective that :meth:`train_step` minimises.
+
+        Args:
+            optimizer: as for Keras (the Trainer's is :class:`~gnmt_tf.training.optimizer.AdamThenSGD`).
+            loss: the teacher-forcing loss, a Keras loss of ``(target_output_ids, logits)``:
+                what ``evaluate`` reports (dev loss and perplexity), and what training
+                minimises when no ``objective`` is given. Default:
+                :class:`~gnmt_tf.training.losses.SequenceCrossEntropy` (eq. 7 per token).
+            objective: what training minimises: an object with ``loss(model, batch,
+                training) -> (loss, logs)`` such as
+                :class:`~gnmt_tf.training.reinforce.MixedObjective` (eq. 9). Default:
+                :class:`~gnmt_tf.training.objectives.MaximumLikelihood` of ``loss``.
+            metrics: not supported; the steps log their own (see :meth:`train_step`).
         """
-        if self.training_objective is not None:  # e.g. RL refinement (gnmt_tf.training.reinforce)
-            return self.training_objective.train_step(self, data)
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        if self.delta_schedule is not None:
-            self.delta_schedule.update(self.clip_delta, self.optimizer.iterations)
+        if metrics or kwargs.get("weighted_metrics"):
+            raise ValueError(
+                "GNMT.compile takes no metrics: train_step and test_step log loss, perplexity and token "
+                "counts themselves (and train_step the gradient norm, learning rate and delta)"
+            )
+        evaluation = MaximumLikelihood(loss)
+        super().compile(optimizer=optimizer, loss=evaluation.loss_function, **kwargs)
+        self.objective = objective if objective is not None else evaluation
+        self._evaluation_objective = evaluation
+        with self.distribute_strategy.scope():  # where Keras creates its own metrics
+            self._running_means = _RunningMeans()
+
+    def compile_from_config(self, config):
+        """Compile a loaded model as it was saved (Keras skips a custom ``compile`` otherwise).
+
+        The objective is not saved: a loaded model trains by maximum likelihood of its
+        compiled loss until ``compile`` is given another objective.
+        """
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built and isinstance(self.optimizer, keras.optimizers.Optimizer):
+            self.optimizer.build(self.trainable_variables)  # so that the saved optimizer state loads
+
+    @property
+    def metrics(self):
+        """Keras' metrics plus the running means of the logged loss and perplexity (reset each epoch)."""
+        means = self._running_means
+        return super().metrics + ([means.loss, means.reference_nll] if means is not None else [])
+
+    def train_step(self, data):
+        """One update of the compiled objective; the same step for every objective.
+
+        The objective gives this replica's loss; the step divides it among the replicas
+        (Keras' rule: synchronous replicas add their gradients up), takes the gradient and
+        applies the optimizer. Logs: ``loss`` and ``perplexity`` (exp of the references'
+        per-token negative log-likelihood), both means over the epoch so far, as Keras
+        reports a compiled loss; ``gradient_norm`` (global norm before clipping),
+        ``learning_rate``, ``delta``, ``source_tokens`` / ``target_tokens`` (real tokens
+        in the batch, for throughput); and the objective's own logs.
+        """
+        batch = unpack_batch(data)
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x, y, y_pred, sample_weight)
-        gradients = tape.gradient(loss, self.trainable_variables)
+            loss, objective_logs = self.objective.loss(self, batch, training=True)
+            # Synchronous replicas add their gradients up: each takes its share (as Keras scales a compiled loss).
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            scaled = loss * (1.0 / replicas) if replicas > 1 else loss
+        gradients = tape.gradient(scaled, self.trainable_variables)
         learning_rate = self.optimizer.learning_rate  # the rate this update uses
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
-        logs = self.compute_metrics(x, y, y_pred, sample_weight)
-        logs.update(self._step_logs(x, y, logs))
+        logs = self._logs(batch, loss, objective_logs)
         logs["gradient_norm"] = tf.linalg.global_norm(gradients)
         logs["learning_rate"] = tf.convert_to_tensor(learning_rate)
         logs["delta"] = tf.convert_to_tensor(self.clip_delta)
         return logs
 
     def test_step(self, data):
-        logs = super().test_step(data)
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        logs.update(self._step_logs(x, y, logs))
-        return logs
+        """The compiled teacher-forcing loss of a batch: logs ``loss``, ``perplexity`` and the token counts."""
+        batch = unpack_batch(data)
+        loss, objective_logs = self._evaluation_objective.loss(self, batch, training=False)
+        return self._logs(batch, loss, objective_logs)
 
-    @staticmethod
-    def _step_logs(x, y, logs):
-        source_ids, _ = _unpack(x)
-        return {
-            "perplexity": tf.exp(tf.minimum(tf.cast(logs["loss"], tf.float32), 50.0)),
-            "source_tokens": tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.float32)),
-            "target_tokens": tf.reduce_sum(tf.cast(tf.not_equal(y, PAD_ID), tf.float32)),
-        }
+    def _logs(self, batch: Batch, loss, objective_logs) -> Dict[str, tf.Tensor]:
+        """The logs every objective shares, after the objective's own (its REFERENCE_NLL becomes perplexity)."""
+        logs = dict(objective_logs)
+        means = self._running_means
+        sentences = tf.shape(batch.target_output_ids)[0]
+        means.loss.update_state(loss, sample_weight=sentences)
+        means.reference_nll.update_state(logs.pop(REFERENCE_NLL), sample_weight=sentences)
+        logs["loss"] = means.loss.result()
+        logs["perplexity"] = tf.exp(tf.minimum(tf.cast(means.reference_nll.result(), tf.float32), 50.0))
+        logs["source_tokens"] = tf.reduce_sum(tf.cast(tf.not_equal(batch.source_ids, PAD_ID), tf.float32))
+        logs["target_tokens"] = tf.reduce_sum(tf.cast(tf.not_equal(batch.target_output_ids, PAD_ID), tf.float32))
+        return logs
 
     # ------------------------------------------------------------------ one step at a time
     def encode(self, source_ids, training=None, time_loop=None) -> AttentionMemory:
@@ -226,6 +277,25 @@ class GNMT(keras.Model):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         return cls(config["config"], name=config.get("name"))
+
+
+class _RunningMeans:
+    """Keras means behind the logged loss and perplexity.
+
+    Held in a plain object rather than as model attributes, so that their variables stay
+    out of the model's weights and checkpoints, as Keras keeps its compiled metrics'.
+    """
+
+    def __init__(self):
+        self.loss = keras.metrics.Mean(name="loss")
+        self.reference_nll = keras.metrics.Mean(name=REFERENCE_NLL)
+
+
+def unpack_batch(data) -> Batch:
+    """A batch as ``fit`` and ``evaluate`` pass it, ``((source_ids, target_input_ids), target_output_ids)``."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    source_ids, target_input_ids = _unpack(x)
+    return Batch(source_ids, target_input_ids, y, sample_weight)
 
 
 def _unpack(inputs) -> Tuple[tf.Tensor, tf.Tensor]:

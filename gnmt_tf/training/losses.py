@@ -15,12 +15,14 @@ class SequenceCrossEntropy(keras.losses.Loss):
     Its exponential is the per-token perplexity. ``y_true`` holds target
     output ids [batch, tgt]; ``y_pred`` the logits [batch, tgt, vocab].
     ``call`` already returns the mean, so the SUM_OVER_BATCH_SIZE reduction
-    leaves it as it is, and lets Keras divide it by the replica count under a
-    distribution strategy.
+    leaves it as it is; under a distribution strategy ``GNMT.train_step`` divides
+    it by the replica count, as Keras does with a compiled loss.
     """
 
-    def __init__(self, name: str = "sequence_cross_entropy", **kwargs):
-        super().__init__(name=name, reduction=keras.losses.Reduction.SUM_OVER_BATCH_SIZE, **kwargs)
+    def __init__(
+        self, name: str = "sequence_cross_entropy", reduction=keras.losses.Reduction.SUM_OVER_BATCH_SIZE, **kwargs
+    ):  # reduction: as get_config records it, so that a saved compiled model loads
+        super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
         y_true = tf.cast(y_true, tf.int32)

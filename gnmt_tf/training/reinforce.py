@@ -36,12 +36,12 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
-import tf_keras as keras
 
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import RLConfig
 from gnmt_tf.decoding.sampling import RandomSampling
 from gnmt_tf.decoding.search import ban_special_tokens, decode, repeat_rows
+from gnmt_tf.training.objectives import REFERENCE_NLL, Batch
 from gnmt_tf.vocab import BOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -100,10 +100,11 @@ def sequence_log_probs(
 
 
 class MixedObjective:
-    """The training step of RL refinement: O_mixed of eq. 9 with the sampled estimator of eq. 8.
+    """RL refinement's objective: O_mixed of eq. 9, with the sampled estimator of eq. 8.
 
-    Set it as ``model.training_objective``; :meth:`GNMT.train_step` then hands each batch
-    to :meth:`train_step`. The model keeps its compiled optimizer (plain SGD for refinement).
+    Pass it to ``model.compile(optimizer=..., objective=MixedObjective(...))``; the
+    shared ``GNMT.train_step`` minimises its :meth:`loss` with the compiled optimizer
+    (plain SGD for refinement). See :mod:`gnmt_tf.training.objectives`.
 
     Args:
         config: the ``rl`` section (samples m, alpha, length limit).
@@ -115,19 +116,23 @@ class MixedObjective:
         self.config = config
         self.reward = reward
 
-    def loss(self, model, source_ids, target_input_ids, target_output_ids, training=True) -> Tuple[tf.Tensor, Dict]:
-        """The minimised loss, -O_mixed averaged over the batch, and what to log.
+    def loss(self, model, batch: Batch, training=True) -> Tuple[tf.Tensor, Dict]:
+        """The minimised loss, -O_mixed averaged over the batch's sentences, and what to log.
 
-        Sampling runs first, outside any gradient; then one encoder pass serves both terms.
+        Logs: the mean ``reward`` of the samples, ``ml_loss`` (-O_ML per sentence, eq. 7),
+        ``sample_length`` (mean tokens per sample) and the references' per-token negative
+        log-likelihood (perplexity). Sampling runs first, outside any gradient; then one
+        encoder pass serves both terms.
         """
         m = self.config.samples
+        source_ids = tf.convert_to_tensor(batch.source_ids, tf.int32)
+        target_output_ids = tf.convert_to_tensor(batch.target_output_ids, tf.int32)
         samples = tf.stop_gradient(sample_outputs(model, source_ids, m, self.config.max_length_ratio))
-        references = tf.repeat(tf.convert_to_tensor(target_output_ids, tf.int32), m, axis=0)
+        references = tf.repeat(target_output_ids, m, axis=0)
         rewards = tf.stop_gradient(tf.cast(self.reward(samples, references), tf.float32))
         per_sentence = tf.reshape(rewards, [-1, m])
         advantages = tf.reshape(per_sentence - tf.reduce_mean(per_sentence, axis=1, keepdims=True), [-1])
 
-        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         mask = tf.not_equal(source_ids, PAD_ID)
         outputs = model.encoder(model.embed_source(source_ids), mask=mask, training=training)
         memory = model.decoder.attention.memory(outputs, mask)
@@ -143,30 +148,10 @@ class MixedObjective:
         logs = {
             "reward": tf.reduce_mean(rewards),
             "ml_loss": -o_ml,
-            "perplexity": tf.exp(tf.minimum(-tf.reduce_sum(reference_log_probs) / tf.maximum(target_tokens, 1.0), 50.0)),
+            REFERENCE_NLL: -tf.reduce_sum(reference_log_probs) / tf.maximum(target_tokens, 1.0),
             "sample_length": tf.reduce_mean(tf.reduce_sum(tf.cast(tf.not_equal(samples, PAD_ID), tf.float32), 1)),
         }
         return loss, logs
-
-    def train_step(self, model, data) -> Dict[str, tf.Tensor]:
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        source_ids, target_input_ids = _pair(x)
-        if model.delta_schedule is not None:
-            model.delta_schedule.update(model.clip_delta, model.optimizer.iterations)
-        with tf.GradientTape() as tape:
-            loss, logs = self.loss(model, source_ids, target_input_ids, y, training=True)
-            # Gradients are summed over replicas; each replica's share of the mean.
-            scaled = loss / tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, loss.dtype)
-        gradients = tape.gradient(scaled, model.trainable_variables)
-        learning_rate = model.optimizer.learning_rate
-        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        logs["loss"] = loss
-        logs["gradient_norm"] = tf.linalg.global_norm(gradients)
-        logs["learning_rate"] = tf.convert_to_tensor(learning_rate)
-        logs["delta"] = tf.convert_to_tensor(model.clip_delta)
-        logs["source_tokens"] = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.float32))
-        logs["target_tokens"] = tf.reduce_sum(tf.cast(tf.not_equal(y, PAD_ID), tf.float32))
-        return logs
 
 
 def expected_reward(model, source_ids, reference_ids, reward: RewardFunction, num_samples: int,
@@ -175,12 +160,6 @@ def expected_reward(model, source_ids, reference_ids, reward: RewardFunction, nu
     samples = sample_outputs(model, source_ids, num_samples, max_length_ratio)
     references = tf.repeat(tf.convert_to_tensor(reference_ids, tf.int32), num_samples, axis=0)
     return tf.reduce_mean(tf.reshape(reward(samples, references), [-1, num_samples]), axis=1)
-
-
-def _pair(x):
-    if isinstance(x, dict):
-        return x["source_ids"], x["target_input_ids"]
-    return x[0], x[1]
 
 
 # The refinement recipe (section 5 gives neither a learning rate nor a step count: "until

@@ -1,12 +1,12 @@
 """Schedules of the training recipe: the learning rate (section 8.3) and delta (section 6).
 
-Both are functions of the global step only, so a run restored from a
-checkpoint (which restores the step) is back on the same schedule.
+Both are functions of the global step (delta, for a run bounded in time, also of the
+training time), so a run restored from a checkpoint (which restores the step) is back
+on the same schedule.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import tensorflow as tf
@@ -80,10 +80,9 @@ class DeltaSchedule:
     A run bounded in time (``training.max_minutes``) cannot know how many steps
     it will get, so it may also be given ``anneal_seconds``: delta then reaches
     ``end`` after that much training time or ``anneal_steps`` steps, whichever
-    comes first, and a run stopped by its clock has finished annealing. The time
-    is measured by :class:`DeltaAnnealClock` (a callback) and enters the step as
-    the variable ``time_cap``; :meth:`update` never raises delta, so a resumed
-    run (whose clock restarts) continues from the delta it was checkpointed at.
+    comes first, and a run stopped by its clock has finished annealing.
+    :class:`gnmt_tf.training.callbacks.DeltaAnnealing` sets the model's delta from
+    it before each training batch, and never raises it.
     """
 
     def __init__(self, start: float, end: float, anneal_steps: int, anneal_seconds: Optional[float] = None):
@@ -95,10 +94,6 @@ class DeltaSchedule:
         self.end = end
         self.anneal_steps = anneal_steps
         self.anneal_seconds = anneal_seconds
-        self.time_cap = (
-            tf.Variable(start, trainable=False, dtype=tf.float32, name="delta_time_cap")
-            if anneal_seconds is not None else None
-        )
 
     @classmethod
     def from_config_section(cls, config: GNMTConfig, timed: bool = True) -> "DeltaSchedule":
@@ -109,46 +104,12 @@ class DeltaSchedule:
             seconds = 60.0 * t.max_minutes * t.delta_anneal_time_fraction
         return cls(t.delta_start, config.model.clip_delta, t.delta_anneal_steps, seconds)
 
-    def __call__(self, step):
-        """delta at ``step`` by the step count alone; works on Python numbers and on tensors."""
-        if self.anneal_steps == 0:
-            progress = 1.0 if not isinstance(step, tf.Tensor) else tf.constant(1.0)
-        elif isinstance(step, (tf.Tensor, tf.Variable)):
-            progress = tf.minimum(tf.cast(step, tf.float32) / float(self.anneal_steps), 1.0)
-        else:
-            progress = min(float(step) / self.anneal_steps, 1.0)
+    def __call__(self, step: int) -> float:
+        """delta at ``step`` by the step count alone."""
+        progress = min(float(step) / self.anneal_steps, 1.0) if self.anneal_steps else 1.0
         return self.start + (self.end - self.start) * progress
 
     def at_time(self, seconds: float) -> float:
-        """delta after ``seconds`` of training by the clock alone."""
-        progress = min(seconds / self.anneal_seconds, 1.0) if self.anneal_seconds else 1.0
+        """delta after ``seconds`` of training by the clock alone (the start without ``anneal_seconds``)."""
+        progress = min(seconds / self.anneal_seconds, 1.0) if self.anneal_seconds else 0.0
         return self.start + (self.end - self.start) * progress
-
-    def update(self, delta: tf.Variable, step) -> None:
-        """In the training step: delta <- min(delta, by step, by time), so it only ever falls."""
-        target = tf.cast(self(step), tf.float32)
-        if self.time_cap is not None:
-            target = tf.minimum(target, self.time_cap)
-        delta.assign(tf.minimum(delta, target))
-
-
-class DeltaAnnealClock(keras.callbacks.Callback):
-    """Feeds the training time to a :class:`DeltaSchedule` bounded in time (``anneal_seconds``).
-
-    ``started`` (a ``time.monotonic()`` value) should be the origin of the run's own time limit:
-    the time ``fit`` spends before its first step (building the input pipeline, on a loaded
-    machine many seconds) then counts towards the anneal as it counts towards the limit, so the
-    anneal cannot be left unfinished when the limit stops the run. Default: the start of ``fit``.
-    """
-
-    def __init__(self, schedule: DeltaSchedule, started: Optional[float] = None):
-        super().__init__()
-        self.schedule = schedule
-        self._started = started
-
-    def on_train_begin(self, logs=None):
-        if self._started is None:
-            self._started = time.monotonic()
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.schedule.time_cap.assign(self.schedule.at_time(time.monotonic() - self._started))

@@ -1,19 +1,8 @@
 """Maximum-likelihood training with the paper's recipe (section 8.3), on Keras ``fit``.
 
-The training step is ``GNMT.train_step``; this module adds what a long run
-needs, as Keras callbacks:
-
-* :class:`RunControl`: stop cleanly at ``max_steps``, after ``max_minutes``, on
-  SIGINT/SIGTERM (the run then finishes normally: checkpoint, dev BLEU,
-  samples) and on a NaN/Inf loss (the run stops with a message naming the
-  step and the last good checkpoint, and saves nothing).
-* :class:`PeriodicCheckpoint`: ``tf.train.CheckpointManager`` every
-  ``checkpoint_every`` steps, keeping the last ``keep_checkpoints``.
-  TensorFlow writes a checkpoint's files first and then atomically replaces
-  the ``checkpoint`` index, so a crash mid-save leaves the last good one in place.
-* :class:`TrainingSummaries`: TensorBoard scalars every ``log_every`` steps.
-* :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps,
-  keeping the best checkpoint by dev BLEU in ``best/``.
+The training step is ``GNMT.train_step``; the :class:`Trainer` sets up the model, its
+optimizer and objective, the data and the callbacks of :mod:`gnmt_tf.training.callbacks`
+(stopping, checkpoints, summaries, dev evaluation), and reports how the run ended.
 
 Everything that defines the run's state (weights, optimizer moments and step,
 hence the Adam/SGD phase and delta) is in the checkpoint, so a killed run
@@ -29,9 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
-import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -44,9 +30,21 @@ from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 from gnmt_tf.training.losses import SequenceCrossEntropy
-from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.models.gnmt import GNMT, unpack_batch
+from gnmt_tf.training.callbacks import (
+    BestScore,
+    DeltaAnnealing,
+    DevEvaluation,
+    PeriodicCheckpoint,
+    RunControl,
+    SegmentBoundaries,
+    StopAgreement,
+    TrainingSummaries,
+    current_step,
+)
+from gnmt_tf.training.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
-from gnmt_tf.training.schedules import DeltaAnnealClock, DeltaSchedule
+from gnmt_tf.training.schedules import DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
 
@@ -68,198 +66,6 @@ class TrainResult:
     best_bleu: Optional[float] = None
     delta: Optional[float] = None  # eq. 10's delta of the last checkpoint (it is decoded at it)
     samples: List[Tuple[str, str, str]] = field(default_factory=list)  # (source, reference, translation)
-
-
-def current_step(model: GNMT) -> int:
-    return int(model.optimizer.iterations.numpy())
-
-
-class RunControl(keras.callbacks.Callback):
-    """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss."""
-
-    def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str]):
-        super().__init__()
-        self.max_steps = max_steps
-        self.started = time.monotonic()  # the origin of the time limit and of delta's time anneal
-        self.deadline = self.started + 60.0 * max_minutes if max_minutes else None
-        self.last_checkpoint = last_checkpoint
-        self.stop_reason: Optional[str] = None
-        self.diverged_message: Optional[str] = None
-        self._previous_handlers = {}
-        # In a synchronous multi-worker cluster a signal only records the stop: StopAgreement
-        # then stops every worker after the same step.
-        self.synchronized = False
-
-    def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:  # not in the main thread (e.g. inside a notebook worker)
-                pass
-
-    def restore_signal_handlers(self) -> None:
-        for sig, handler in self._previous_handlers.items():
-            signal.signal(sig, handler)
-        self._previous_handlers = {}
-
-    def _on_signal(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.stop_reason and self.stop_reason.startswith("signal"):
-            raise KeyboardInterrupt(f"second {name}: stopping without saving")
-        self.stop_reason = f"signal {name}"
-        if self.model is not None and not self.synchronized:
-            self.model.stop_training = True
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        step = current_step(self.model)
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            self.stop_reason = "diverged"
-            self.diverged_message = (
-                f"the training loss became {float(loss)} at step {step}; stopping without saving. "
-                f"The last good checkpoint is {self.last_checkpoint() or '(none yet)'}. Try a lower "
-                f"learning rate (training.adam_learning_rate) or check the training data."
-            )
-            self.model.stop_training = True
-        elif step >= self.max_steps:
-            self.stop_reason = self.stop_reason or f"reached max_steps ({self.max_steps})"
-            self.model.stop_training = True
-        elif self.deadline is not None and time.monotonic() >= self.deadline:
-            self.stop_reason = self.stop_reason or "reached the time limit (max_minutes)"
-            self.model.stop_training = True
-
-
-class StopAgreement(keras.callbacks.Callback):
-    """Multi-worker: when any worker stops (signal, time limit, patience), all stop after this step.
-
-    The last callback of the step, so that it sees every other callback's decision; without
-    it a worker leaving ``fit`` alone leaves the others waiting in the next all-reduce.
-    """
-
-    def __init__(self, control: RunControl, agree: Callable[[bool], bool]):
-        super().__init__()
-        self.control = control
-        self.agree = agree
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.agree(bool(self.model.stop_training or self.control.stop_reason)):
-            self.control.stop_reason = self.control.stop_reason or "another worker stopped (a signal or a limit)"
-            self.model.stop_training = True
-
-
-class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Saves model + optimizer every ``every`` steps through a CheckpointManager."""
-
-    def __init__(self, manager: tf.train.CheckpointManager, every: int, control: RunControl):
-        super().__init__()
-        self.manager = manager
-        self.every = every
-        self.control = control
-
-    def save(self) -> str:
-        step = current_step(self.model)
-        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
-            return self.manager.latest_checkpoint
-        return self.manager.save(checkpoint_number=step)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.control.stop_reason == "diverged":
-            return
-        if current_step(self.model) % self.every == 0:
-            self.save()
-
-
-class TrainingSummaries(keras.callbacks.Callback):
-    """TensorBoard: loss, perplexity, learning rate, delta, gradient norm, tokens/s."""
-
-    KEYS = ("loss", "perplexity", "learning_rate", "delta", "gradient_norm")
-
-    def __init__(self, log_dir: str, every: int, replicas: int = 1):
-        super().__init__()
-        self.writer = tf.summary.create_file_writer(log_dir)
-        self.every = every
-        # Distributed logs are the first replica's (Trainer): its token counts stand for each
-        # replica's share of the batch, and its gradient norm for a replica's own gradient.
-        self.replicas = replicas
-        self._tokens = 0.0
-        self._source_tokens = 0.0
-        self._since = time.monotonic()
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        self._tokens += float(logs.get("target_tokens", 0.0)) * self.replicas
-        self._source_tokens += float(logs.get("source_tokens", 0.0)) * self.replicas
-        step = current_step(self.model)
-        if step % self.every:
-            return
-        elapsed = max(time.monotonic() - self._since, 1e-9)
-        with self.writer.as_default(step=step):
-            for key in self.KEYS:
-                if key in logs:
-                    # A replica's gradient is that of its loss divided by the replica count.
-                    scale = self.replicas if key == "gradient_norm" else 1
-                    tf.summary.scalar(key, float(logs[key]) * scale)
-            tf.summary.scalar("target_tokens_per_second", self._tokens / elapsed)
-            tf.summary.scalar("source_tokens_per_second", self._source_tokens / elapsed)
-        self.writer.flush()
-        self._tokens = self._source_tokens = 0.0
-        self._since = time.monotonic()
-
-
-class DevEvaluation(keras.callbacks.Callback):
-    """Dev perplexity and BLEU every ``every`` steps; the best BLEU's checkpoint goes to ``best/``.
-
-    With a patience (RL refinement), stops the run after that many evaluations in a row
-    without a better dev BLEU.
-    """
-
-    def __init__(self, trainer: "Trainer", every: int):
-        super().__init__()
-        self.trainer = trainer
-        self.every = every
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.trainer.control.stop_reason == "diverged":
-            return
-        step = current_step(self.model)
-        if step % self.every == 0:
-            self.trainer.evaluate_dev(step)
-            patience = self.trainer.patience
-            if patience is not None and self.trainer.evaluations_since_best >= patience:
-                control = self.trainer.control
-                control.stop_reason = control.stop_reason or (
-                    f"dev BLEU did not improve in {patience} evaluations (rl.patience)"
-                )
-                self.model.stop_training = True
-
-
-class SegmentEnd(keras.callbacks.Callback):
-    """Runs the per-step callbacks at the end of each segment ("epoch") of ``steps`` steps.
-
-    Parameter-server ``fit`` schedules steps asynchronously and allows only epoch-level
-    callbacks, so the Trainer makes every step a callback acts on a segment end. The logs
-    are the segment's last step (the loss: its mean over the segment); the token counts are
-    scaled to the segment's steps for the throughput summaries.
-    """
-
-    def __init__(self, callbacks: Sequence[keras.callbacks.Callback], steps: int):
-        super().__init__()
-        self.callbacks = list(callbacks)
-        self.steps = steps
-
-    def set_model(self, model):
-        super().set_model(model)
-        for callback in self.callbacks:
-            callback.set_model(model)
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = dict(logs or {})
-        for key in ("source_tokens", "target_tokens"):
-            if key in logs:
-                logs[key] = float(logs[key]) * self.steps
-        for callback in self.callbacks:
-            callback.on_train_batch_end(self.steps - 1, logs)
 
 
 class Trainer:
@@ -311,18 +117,17 @@ class Trainer:
         self.is_chief = distribute.is_chief(self.strategy)  # the one writer of model_dir
         self.multi_worker = distribute.is_multi_worker(self.strategy)
         self.coordinated = distribute.uses_coordinator(self.strategy)
-        self.best_bleu: Optional[float] = None
+        # delta's anneal (section 6), bounded in time too where one clock rules the run.
+        self.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
         self.last_bleu: Optional[BleuResult] = None
         self.last_perplexity: Optional[float] = None
 
         with self.strategy.scope():
             self.model = GNMT(config.model, parallel=config.parallel)
             self.model.build()
-            # Bounded in time too where one clock rules the run (see DeltaSchedule).
-            self.model.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
             optimizer = AdamThenSGD.from_config_section(config)
             optimizer.build(self.model.trainable_variables)
-            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), objective=self._objective())
         if self.distributed:
             # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
             # default "sum" would add them up over the replicas.
@@ -334,16 +139,6 @@ class Trainer:
             from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
             self.weight_transforms.append((self.model, QuantizationAwareTraining(self.model)))
-        # RL refinement (section 5): the mixed objective of eq. 9 replaces the ML step, and the
-        # run stops once dev BLEU has not improved for rl.patience evaluations.
-        self.patience: Optional[int] = None
-        self.evaluations_since_best = 0
-        if config.training.objective == "rl":
-            from gnmt_tf.metrics.gleu import reward_function
-            from gnmt_tf.training.reinforce import MixedObjective
-
-            self.model.training_objective = MixedObjective(config.rl, reward_function(config.rl, tokenizer))
-            self.patience = config.rl.patience
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
             checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
@@ -351,15 +146,14 @@ class Trainer:
         # A non-chief worker of a synchronous cluster takes part in every save, into a
         # directory of its own that it deletes; only the chief's checkpoint is kept.
         self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
-            checkpoint, os.path.join(layout.checkpoint_dir(model_dir), f"workertemp_{self.strategy.cluster_resolver.task_id}")
+            checkpoint, layout.worker_checkpoint_dir(model_dir, self.strategy.cluster_resolver.task_id)
         )
         # Distributed, the chief evaluates a one-device copy of the weights: model.evaluate would
         # need every worker (collectives, or the parameter-server coordinator).
         self.dev_model = self.model
         best_checkpoint = checkpoint
         if self.distributed and self.is_chief:
-            self.dev_model = GNMT(config.model)
-            self.dev_model.build()
+            self.dev_model = layout.build_model(config)
             if config.training.quantization_aware:
                 from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
@@ -368,12 +162,21 @@ class Trainer:
         self._dev_loss = None
         self.best_manager = tf.train.CheckpointManager(best_checkpoint, layout.best_dir(model_dir), max_to_keep=1)
         self.dev_writer = (
-            tf.summary.create_file_writer(os.path.join(model_dir, layout.LOG_DIR, "dev")) if self.is_chief else None
+            tf.summary.create_file_writer(layout.dev_log_dir(model_dir)) if self.is_chief else None
         )
         self.translator = Translator(self.dev_model, tokenizer, config.decoding) if self.is_chief else None
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
         self._restore(init_checkpoint)
+
+    def _objective(self):
+        """What training minimises: maximum likelihood (eq. 7), or for RL refinement the mixed objective of eq. 9."""
+        if self.config.training.objective == "rl":
+            from gnmt_tf.metrics.gleu import reward_function
+            from gnmt_tf.training.reinforce import MixedObjective
+
+            return MixedObjective(self.config.rl, reward_function(self.config.rl, self.tokenizer))
+        return MaximumLikelihood(SequenceCrossEntropy())
 
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
@@ -384,19 +187,19 @@ class Trainer:
         elif init_checkpoint:
             # Through a plain model: restoring into the compiled one would also restore the
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
-            source = GNMT(self.config.model)
-            source.build()
-            tf.train.Checkpoint(model=source).restore(init_checkpoint).assert_existing_objects_matched().expect_partial()
-            self.model.set_weights(source.get_weights())
+            self.model.set_weights(layout.build_model(self.config, init_checkpoint).get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
-        if not path:  # a new run starts at the schedule's first delta (it only falls from there)
-            self.model.set_clip_delta(self.model.delta_schedule(0))
-        if self.best_manager.latest_checkpoint:  # resumed runs keep comparing against the old best
-            self.best_bleu = _read_best_bleu(self.model_dir)
+        best = layout.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
+        # The dev BLEU to beat: a resumed run keeps comparing against its old best.
+        self.dev_record = BestScore(best.score if best is not None else None)
 
     @property
     def step(self) -> int:
         return current_step(self.model)
+
+    @property
+    def best_bleu(self) -> Optional[float]:
+        return self.dev_record.best
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_dev(self, step: int) -> Tuple[float, BleuResult]:
@@ -427,12 +230,10 @@ class Trainer:
         self.dev_writer.flush()
         self.last_bleu, self.last_perplexity = bleu, perplexity
         self._evaluated_step = step
-        improved = self.best_bleu is None or bleu.score > self.best_bleu
-        self.evaluations_since_best = 0 if improved else self.evaluations_since_best + 1
+        improved = self.dev_record.add(bleu.score)
         if improved:
-            self.best_bleu = bleu.score
             self.best_manager.save(checkpoint_number=step)
-            _write_best_bleu(self.model_dir, step, bleu)
+            layout.write_best_bleu(self.model_dir, layout.BestBleu(bleu.score, step, bleu.signature))
         self.log(
             f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f} "
             f"at delta {layout.model_delta(model):.3g}"
@@ -447,9 +248,10 @@ class Trainer:
         ``evaluate`` through the strategy even for a model built outside it.
         """
         if self._dev_loss is None:
-            loss = SequenceCrossEntropy()
-            model = self.dev_model
-            self._dev_loss = tf.function(lambda x, y: loss(y, model(x, training=False)), reduce_retracing=True)
+            objective, model = MaximumLikelihood(SequenceCrossEntropy()), self.dev_model  # as GNMT.test_step
+            self._dev_loss = tf.function(
+                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False)[0], reduce_retracing=True
+            )
         total = pairs = 0.0
         for x, y in dev_data:
             count = float(tf.shape(y)[0])
@@ -482,16 +284,18 @@ class Trainer:
         train_data = self._training_data()
         self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
         checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
-        callbacks = [self.control, checkpointing]
-        if self.model.delta_schedule.time_cap is not None:
-            callbacks.insert(0, DeltaAnnealClock(self.model.delta_schedule, started=self.control.started))
+        callbacks = [DeltaAnnealing(self.delta_schedule, started=self.control.started), self.control, checkpointing]
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(
-                    os.path.join(self.model_dir, layout.LOG_DIR, "train"), t.log_every,
+                    layout.train_log_dir(self.model_dir), t.log_every,
                     replicas=self.strategy.num_replicas_in_sync,
                 ),
-                DevEvaluation(self, t.eval_every),
+                # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
+                DevEvaluation(
+                    self.evaluate_dev, self.dev_record, t.eval_every, self.control,
+                    patience=self.config.rl.patience if t.objective == "rl" else None,
+                ),
             ]
         if self.multi_worker:
             self.control.synchronized = True
@@ -501,7 +305,7 @@ class Trainer:
         if self.coordinated:
             # Every step some callback acts on (and max_steps) ends a segment.
             segment = math.gcd(t.log_every, t.checkpoint_every, t.eval_every, self.step, max_steps)
-            callbacks = [SegmentEnd(callbacks, segment)]
+            callbacks = [SegmentBoundaries(callbacks, segment)]
         initial_epoch = self.step // segment
         epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
         self.log(
@@ -579,20 +383,3 @@ class Trainer:
             best_bleu=self.best_bleu, delta=layout.model_delta(self.model), samples=samples,
         )
 
-
-_BEST_FILE = "best_bleu.txt"
-
-
-def _write_best_bleu(model_dir: str, step: int, bleu: BleuResult) -> None:
-    path = os.path.join(layout.best_dir(model_dir), _BEST_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(f"{bleu.score}\t{step}\t{bleu.signature}\n")
-    os.replace(path + ".tmp", path)
-
-
-def _read_best_bleu(model_dir: str) -> Optional[float]:
-    try:
-        with open(os.path.join(layout.best_dir(model_dir), _BEST_FILE), encoding="utf-8") as handle:
-            return float(handle.read().split("\t")[0])
-    except (OSError, ValueError):
-        return None

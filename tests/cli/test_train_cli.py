@@ -48,9 +48,9 @@ def _write_tsv(path, pairs):
 
 def _dev_loss(model_dir):
     model, tokenizer, config = layout.load_model_dir(model_dir, which="latest")
-    from gnmt_tf.data import make_dataset, read_tsv
+    from gnmt_tf.data import make_dataset
 
-    pairs, _ = read_tsv(os.path.join(model_dir, "dev.tsv"))
+    pairs = layout.read_dev_split(model_dir)
     data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
                         shuffle_buffer=1, seed=0, training=False)
     from gnmt_tf.training.losses import SequenceCrossEntropy

@@ -9,10 +9,9 @@ import tensorflow as tf
 from gnmt_tf import model_dir as layout
 from gnmt_tf.config import load_config
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
-from gnmt_tf.training.trainer import RunControl, Trainer, TrainingDiverged
+from gnmt_tf.training.callbacks import RunControl
+from gnmt_tf.training.trainer import Trainer, TrainingDiverged
 from helpers import number_word_pairs
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_number_setup(tmp_path, steps, **overrides):

@@ -15,6 +15,7 @@ from gnmt_tf.config import RLConfig, load_config
 from gnmt_tf.data import read_tsv
 from gnmt_tf.metrics.gleu import sentence_gleu
 from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.training.objectives import Batch
 from gnmt_tf.training.reinforce import (
     MixedObjective,
     expected_reward,
@@ -115,7 +116,7 @@ def test_sampled_estimator_matches_the_exact_gradient_of_the_expected_reward():
     @tf.function
     def estimate():
         with tf.GradientTape() as tape:
-            loss, _ = objective.loss(model, sources, target_in, target_out)
+            loss, _ = objective.loss(model, Batch(sources, target_in, target_out))
             o_rl = -loss  # alpha = 0
         gradients = tape.gradient(o_rl, model.trainable_variables)
         return tf.concat([tf.reshape(g, [-1]) for g in gradients], 0)
@@ -143,7 +144,7 @@ def test_mixed_objective_is_alpha_times_ml_plus_rl(rng):
 
     source, target_in, target_out = copy_task(rng, 4, model.model_config.vocab_size)
     objective = MixedObjective(RLConfig(samples=3, ml_weight=0.25), lambda h, r: tf.ones([tf.shape(h)[0]]))
-    loss, logs = objective.loss(model, source, target_in, target_out)
+    loss, logs = objective.loss(model, Batch(source, target_in, target_out))
     logits = model((source, target_in)).numpy()
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.take_along_axis(log_probs, target_out[..., None], -1)[..., 0] * (target_out != PAD_ID)
@@ -164,41 +165,48 @@ def test_refinement_config_is_the_paper_recipe():
         refinement_config(base, {"rl.samples": 1})
 
 
-def test_patience_stops_the_run_and_keeps_the_best(tmp_path):
-    """DevEvaluation stops after rl.patience evaluations without a better BLEU."""
-    from gnmt_tf.training.trainer import DevEvaluation, RunControl
+def test_patience_stops_the_run_after_evaluations_without_a_better_bleu():
+    """DevEvaluation stops after rl.patience evaluations in a row without a better dev BLEU.
 
-    class FakeTrainer:
-        patience = 2
-        evaluations_since_best = 0
+    The counter is the real one (BestScore, as Trainer.evaluate_dev adds each dev BLEU to it);
+    only the dev BLEU scores are given.
+    """
+    from types import SimpleNamespace
 
-        def __init__(self):
-            self.control = RunControl(100, None, lambda: "")
-            self.scores = iter([1.0, 3.0, 2.0, 3.0, 5.0])
-            self.best = None
+    from gnmt_tf.training.callbacks import BestScore, DevEvaluation, RunControl
 
-        def evaluate_dev(self, step):
-            score = next(self.scores)
-            improved = self.best is None or score > self.best
-            self.best = max(score, self.best or score)
-            self.evaluations_since_best = 0 if improved else self.evaluations_since_best + 1
+    def run(scores, patience, best=None, every=2, steps=20):
+        control, record, evaluated = RunControl(steps, None, lambda: ""), BestScore(best), []
+        scores = iter(scores)
 
-    class FakeModel:
-        stop_training = False
+        def evaluate(step):  # as Trainer.evaluate_dev: evaluate, add the BLEU to the record
+            evaluated.append(step)
+            record.add(next(scores))
 
-        class optimizer:
-            iterations = tf.Variable(0, dtype=tf.int64)
+        model = SimpleNamespace(stop_training=False,
+                                optimizer=SimpleNamespace(iterations=tf.Variable(0, dtype=tf.int64)))
+        callback = DevEvaluation(evaluate, record, every=every, control=control, patience=patience)
+        callback.set_model(model)
+        for step in range(1, steps + 1):
+            model.optimizer.iterations.assign(step)
+            callback.on_train_batch_end(step)
+            if model.stop_training:
+                break
+        return evaluated, record, control
 
-    trainer, model = FakeTrainer(), FakeModel()
-    callback = DevEvaluation(trainer, every=1)
-    callback.model = model
-    for step in range(1, 6):
-        model.optimizer.iterations.assign(step)
-        callback.on_train_batch_end(step)
-        if model.stop_training:
-            break
-    assert step == 4 and trainer.best == 3.0  # 1, 3 (best), 2, 3 (not better): two without improvement
-    assert "rl.patience" in trainer.control.stop_reason
+    # 1, 3 (best), 2, 3 (not better): two evaluations without improvement stop the run at step 8.
+    evaluated, record, control = run([1.0, 3.0, 2.0, 3.0, 5.0], patience=2)
+    assert evaluated == [2, 4, 6, 8] and record.best == 3.0 and record.evaluations_since_best == 2
+    assert control.stop_reason == "dev BLEU did not improve in 2 evaluations (rl.patience)"
+    # An improvement resets the count: 1, 2 (no: 1), 4 (best), 3, 3 -> stops at the fifth.
+    evaluated, record, _ = run([1.0, 0.5, 4.0, 3.0, 3.0, 9.0], patience=2)
+    assert evaluated == [2, 4, 6, 8, 10] and record.best == 4.0
+    # A resumed run compares against the best it kept (best/best_bleu.txt): 4.0 is not better than 4.5.
+    evaluated, record, _ = run([4.0, 4.5, 6.0], patience=2, best=4.5)
+    assert evaluated == [2, 4] and record.best == 4.5
+    # Without a patience (maximum-likelihood training) the run goes on.
+    evaluated, record, control = run([5.0] + [1.0] * 9, patience=None)
+    assert len(evaluated) == 10 and control.stop_reason is None and record.evaluations_since_best == 9
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -232,7 +240,7 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("rl")
     init_dir = str(work / "init")
     os.makedirs(init_dir)
-    for name in (layout.CONFIG_FILE, "wordpieces.txt", "dev.tsv", "test.tsv"):
+    for name in (layout.CONFIG_FILE, "wordpieces.txt", layout.DEV_FILE, "test.tsv"):
         shutil.copy(os.path.join(model_dir, name), init_dir)
     model, _, _ = layout.load_model_dir(model_dir, which="latest")
     softmax = model.decoder.softmax_projection

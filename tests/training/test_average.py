@@ -57,7 +57,7 @@ def test_averaged_model_loads_translates_and_exports(model_copy, tmp_path, capsy
                            "--output", str(output)]) == 0
     assert output.read_text(encoding="utf-8").splitlines() == ["un deux", "sept"]
     assert evaluate.main(["--model-dir", model_copy, "--checkpoint", "averaged",
-                          "--test", os.path.join(model_copy, "dev.tsv"), "--json"]) == 0
+                          "--test", layout.dev_split_path(model_copy), "--json"]) == 0
     assert '"bleu"' in capsys.readouterr().out
 
     from export.exporters import ExportRequest, export
