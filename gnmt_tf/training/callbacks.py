@@ -38,11 +38,18 @@ def current_step(model: keras.Model) -> int:
 
 
 class RunControl(keras.callbacks.Callback):
-    """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss."""
+    """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss.
 
-    def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str]):
+    ``time_limit_waits_for``: a condition the time limit waits for before it stops the run
+    (the Trainer's: delta has reached its final value, so that a run its clock stops is used
+    at that delta even when one step outlasts the whole budget, as on a loaded machine).
+    """
+
+    def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str],
+                 time_limit_waits_for: Optional[Callable[[], bool]] = None):
         super().__init__()
         self.max_steps = max_steps
+        self.time_limit_waits_for = time_limit_waits_for
         self.started = time.monotonic()  # the origin of the time limit and of delta's time anneal
         self.deadline = self.started + 60.0 * max_minutes if max_minutes else None
         self.last_checkpoint = last_checkpoint
@@ -88,7 +95,9 @@ class RunControl(keras.callbacks.Callback):
         elif step >= self.max_steps:
             self.stop_reason = self.stop_reason or f"reached max_steps ({self.max_steps})"
             self.model.stop_training = True
-        elif self.deadline is not None and time.monotonic() >= self.deadline:
+        elif self.deadline is not None and time.monotonic() >= self.deadline and (
+            self.time_limit_waits_for is None or self.time_limit_waits_for()
+        ):
             self.stop_reason = self.stop_reason or "reached the time limit (max_minutes)"
             self.model.stop_training = True
 
@@ -264,6 +273,10 @@ class DeltaAnnealing(keras.callbacks.Callback):
             self.started = self.clock()
         if current_step(self.model) == 0:
             self.model.set_clip_delta(self.schedule(0))
+
+    def annealed(self) -> bool:
+        """Whether delta has reached the schedule's end (float32 slack)."""
+        return float(self.model.clip_delta.numpy()) <= self.schedule.end * (1 + 1e-6)
 
     def on_train_batch_begin(self, batch, logs=None):
         target = self.schedule(current_step(self.model))

@@ -282,9 +282,12 @@ class Trainer:
                 f"{self.config.data.max_length} wordpieces on a side and are not trained on (data.max_length)"
             )
         train_data = self._training_data()
-        self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint)
+        timed_anneal = self.delta_schedule.anneal_seconds is not None
+        self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint,
+                                  time_limit_waits_for=(lambda: annealing.annealed()) if timed_anneal else None)
+        annealing = DeltaAnnealing(self.delta_schedule, started=self.control.started)
         checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
-        callbacks = [DeltaAnnealing(self.delta_schedule, started=self.control.started), self.control, checkpointing]
+        callbacks = [annealing, self.control, checkpointing]
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(

@@ -171,3 +171,38 @@ def test_under_segments_delta_moves_at_segment_boundaries(compiled):
     assert [entry[:2] for entry in seen] == [("train", 0), ("begin", 0), ("end", 3), ("begin", 3), ("end", 6)]
     # Batch-end hooks get the segment's token counts (for throughput): the batch's times 3 steps.
     assert [entry[2] for entry in seen if entry[0] == "end"] == [3 * target_tokens] * 2
+
+
+def test_the_time_limit_waits_until_delta_has_reached_its_end():
+    """A run stopped by its clock is used at the final delta: past the deadline, the run goes on
+    until a step has started after the clock anneal ended (one slow first step outlasting the whole
+    budget, as on a loaded machine, must not leave a checkpoint at delta 4.9)."""
+    from gnmt_tf.training.callbacks import RunControl
+
+    schedule = DeltaSchedule(8.0, 1.0, anneal_steps=100_000, anneal_seconds=10.0)
+    clock = FakeClock()
+    model = FakeModel(step=0, delta=8.0)
+    model.stop_training = False
+    annealing = DeltaAnnealing(schedule, started=0.0, clock=clock)
+    control = RunControl(max_steps=100, max_minutes=1e-9, last_checkpoint=lambda: None,
+                         time_limit_waits_for=annealing.annealed)
+    for callback in (annealing, control):
+        callback.set_model(model)
+    annealing.on_train_begin()
+    clock.now = 5.0  # the first step starts half-way through the anneal ...
+    annealing.on_train_batch_begin(0)
+    assert _delta(model) == pytest.approx(4.5)
+    control.on_train_batch_end(0, {"loss": 1.0})  # ... and ends past the (tiny) deadline
+    assert not model.stop_training and control.stop_reason is None
+    clock.now = 12.0  # the next step starts after the anneal: delta 1, then the limit stops the run
+    annealing.on_train_batch_begin(1)
+    assert _delta(model.at(1)) == 1.0
+    control.on_train_batch_end(1, {"loss": 1.0})
+    assert model.stop_training and "time limit" in control.stop_reason
+    # Without a condition the time limit stops at once, as before.
+    plain = RunControl(max_steps=100, max_minutes=1e-9, last_checkpoint=lambda: None)
+    other = FakeModel(step=0, delta=8.0)
+    other.stop_training = False
+    plain.set_model(other)
+    plain.on_train_batch_end(0, {"loss": 1.0})
+    assert other.stop_training
