@@ -15,7 +15,7 @@ from gnmt_tf.quantization import qat
 from gnmt_tf.quantization import int8 as quantization
 from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.data import make_dataset, read_tsv
-from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
 from helpers import ROOT, copy_task, tiny_model_config, write_number_training_tsv
 
