@@ -93,7 +93,7 @@ def evaluate_worker(model_dir: str) -> Dict:
     from gnmt_tf.cli.average import average_checkpoints
     from gnmt_tf.inference.translator import Translator
 
-    pairs = read_pairs(os.path.join(model_dir, "dev.tsv"))
+    pairs = layout.read_dev_split(model_dir)
     sources = [source for source, _ in pairs]
     config, _ = layout.load_metadata(model_dir)
     import tensorflow as tf
@@ -254,7 +254,9 @@ def main(argv=None) -> int:
             "ours": {**training_summary(ours_dir), "decodings": evaluate_ours(ours_dir, threads)},
         }
         if peer is not None:
-            entry["peer"] = peer_results(peer_dir, os.path.join(ours_dir, "dev.tsv"))
+            from gnmt_tf import model_dir as layout
+
+            entry["peer"] = peer_results(peer_dir, layout.dev_split_path(ours_dir))
         results["runs"] = [r for r in results["runs"] if (r["tag"], r["minutes"], r["threads"]) != (
             args.tag, minutes, threads)] + [entry]
         _save(args.output, results)

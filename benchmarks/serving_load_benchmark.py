@@ -51,8 +51,9 @@ def free_port() -> int:
 
 
 def dev_sentences(model_dir: str, limit: int = 200):
-    with open(os.path.join(model_dir, "dev.tsv"), encoding="utf-8") as handle:
-        return [line.split("\t", 1)[0] for line in handle if line.strip()][:limit]
+    from gnmt_tf import model_dir as layout
+
+    return [source for source, _ in layout.read_dev_split(model_dir)][:limit]
 
 
 def start_server(base: str, batching: bool):

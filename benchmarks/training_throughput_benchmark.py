@@ -96,7 +96,7 @@ def run_worker(args) -> dict:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
     from gnmt_tf.config import ParallelConfig, load_config
-    from gnmt_tf.training.losses import SequenceCrossEntropy
+    from gnmt_tf.models.losses import SequenceCrossEntropy
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
     from gnmt_tf.training.callbacks import DeltaAnnealing

@@ -18,7 +18,7 @@ _PUBLIC = {
     "ModelConfig": "gnmt_tf.config",
     "ConfigError": "gnmt_tf.config",
     "load_config": "gnmt_tf.config",
-    "SequenceCrossEntropy": "gnmt_tf.training.losses",
+    "SequenceCrossEntropy": "gnmt_tf.models.losses",
     "WordpieceTokenizer": "gnmt_tf.data.tokenizer",
     "Translator": "gnmt_tf.inference.translator",
     "load_model_dir": "gnmt_tf.model_dir",

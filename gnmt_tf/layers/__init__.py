@@ -5,13 +5,14 @@ Every layer reads its kernels and embedding tables through the model's one
 """
 
 from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
-from gnmt_tf.layers.cell import GNMTLSTMCell, clip, uniform_initializer
+from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
+from gnmt_tf.layers.clipping import clip, clip_logits
 from gnmt_tf.layers.recurrence import TENSOR_ARRAY_LOOP, LSTMState, masked_step, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 
 __all__ = [
     "AdditiveAttention", "AttentionMemory", "FLOAT_WEIGHTS", "GNMTLSTMCell", "LSTMState", "ResidualLSTMStack",
-    "TENSOR_ARRAY_LOOP", "WeightReader", "WeightTransform", "clip", "masked_step", "run_lstm", "run_over_time",
+    "TENSOR_ARRAY_LOOP", "WeightReader", "WeightTransform", "clip", "clip_logits", "masked_step", "run_lstm", "run_over_time",
     "uniform_initializer",
 ]

@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from gnmt_tf.layers.clipping import clip
 from gnmt_tf.layers.weights import WeightReader
 
 
@@ -32,12 +33,6 @@ def uniform_initializer(scale: float) -> keras.initializers.Initializer:
     shares one unseeded initializer instance.
     """
     return keras.initializers.RandomUniform(-scale, scale)
-
-
-def clip(values: tf.Tensor, delta: tf.Variable) -> tf.Tensor:
-    """Eq. 10: max(-delta, min(delta, values))."""
-    delta = tf.cast(delta, values.dtype)
-    return tf.clip_by_value(values, -delta, delta)
 
 
 @keras.saving.register_keras_serializable(package="gnmt_tf")

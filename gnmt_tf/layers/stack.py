@@ -15,7 +15,8 @@ from typing import List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.layers.cell import GNMTLSTMCell, clip
+from gnmt_tf.layers.cell import GNMTLSTMCell
+from gnmt_tf.layers.clipping import clip
 from gnmt_tf.layers.recurrence import LSTMState, run_lstm
 from gnmt_tf.layers.weights import WeightReader
 

@@ -1,7 +1,12 @@
-"""The GNMT model (section 3): encoder, decoder, and the Keras model with the one-step decoding API."""
+"""The GNMT model (section 3): encoder, decoder, the Keras model with the one-step decoding API, and
+what its one training step minimises (objectives; maximum likelihood, eq. 7)."""
 
-from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, clip_logits
+from gnmt_tf.models.decoder import DecoderState, GNMTDecoder
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.models.losses import SequenceCrossEntropy
+from gnmt_tf.models.objectives import Batch, MaximumLikelihood
 
-__all__ = ["DecoderState", "GNMT", "GNMTDecoder", "GNMTEncoder", "clip_logits"]
+__all__ = [
+    "Batch", "DecoderState", "GNMT", "GNMTDecoder", "GNMTEncoder", "MaximumLikelihood", "SequenceCrossEntropy",
+]

@@ -27,17 +27,12 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
+from gnmt_tf.layers.clipping import clip_logits
 from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import LSTMState, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
 from gnmt_tf.layers.weights import WeightReader
-
-
-def clip_logits(logits: tf.Tensor, gamma: float) -> tf.Tensor:
-    """Eq. 13: the softmax logits clipped to [-gamma, gamma]."""
-    gamma = tf.cast(gamma, logits.dtype)
-    return tf.clip_by_value(logits, -gamma, gamma)
 
 
 class DecoderState(NamedTuple):

@@ -30,7 +30,7 @@ from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
 from gnmt_tf.layers.weights import WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
-from gnmt_tf.training.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
+from gnmt_tf.models.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -50,7 +50,7 @@ class GNMT(keras.Model):
             (:class:`~gnmt_tf.training.callbacks.DeltaAnnealing`); use
             :meth:`set_clip_delta` to change it.
         objective: set by :meth:`compile`: what :meth:`train_step` minimises
-            (:mod:`gnmt_tf.training.objectives`).
+            (:mod:`gnmt_tf.models.objectives`).
     """
 
     def __init__(self, config: Union[ModelConfig, Dict[str, Any]], parallel=None, **kwargs):
@@ -130,7 +130,7 @@ class GNMT(keras.Model):
         )
 
     # ------------------------------------------------------------------ training
-    # Set by compile: what train_step minimises (gnmt_tf.training.objectives), and the
+    # Set by compile: what train_step minimises (gnmt_tf.models.objectives), and the
     # teacher-forcing objective of the compiled loss, which test_step reports.
     objective = None
     _evaluation_objective = None
@@ -144,11 +144,11 @@ class GNMT(keras.Model):
             loss: the teacher-forcing loss, a Keras loss of ``(target_output_ids, logits)``:
                 what ``evaluate`` reports (dev loss and perplexity), and what training
                 minimises when no ``objective`` is given. Default:
-                :class:`~gnmt_tf.training.losses.SequenceCrossEntropy` (eq. 7 per token).
+                :class:`~gnmt_tf.models.losses.SequenceCrossEntropy` (eq. 7 per token).
             objective: what training minimises: an object with ``loss(model, batch,
                 training) -> (loss, logs)`` such as
                 :class:`~gnmt_tf.training.reinforce.MixedObjective` (eq. 9). Default:
-                :class:`~gnmt_tf.training.objectives.MaximumLikelihood` of ``loss``.
+                :class:`~gnmt_tf.models.objectives.MaximumLikelihood` of ``loss``.
             metrics: not supported; the steps log their own (see :meth:`train_step`).
         """
         if metrics or kwargs.get("weighted_metrics"):

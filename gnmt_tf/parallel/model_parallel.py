@@ -62,10 +62,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from gnmt_tf.layers.attention import AttentionMemory
+from gnmt_tf.layers.clipping import clip_logits
 from gnmt_tf.config import ConfigError, ModelConfig, ParallelConfig
 from gnmt_tf.layers.recurrence import masked_step, run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack
-from gnmt_tf.models.decoder import clip_logits
 from gnmt_tf.vocab import PAD_ID
 
 

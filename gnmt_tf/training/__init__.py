@@ -1,16 +1,15 @@
-"""Training with the paper's recipe (section 8.3): the Trainer, its objectives, optimizer and schedules.
+"""Training with the paper's recipe (section 8.3): the Trainer, its callbacks, RL refinement, optimizer, schedules.
 
 * :mod:`~gnmt_tf.training.trainer`: :class:`Trainer` runs ``fit`` into a model directory;
   :mod:`~gnmt_tf.training.callbacks` holds the callbacks of its run.
-* :mod:`~gnmt_tf.training.objectives`: what ``GNMT.train_step`` minimises, passed to
-  ``compile``: maximum likelihood (eq. 7, through the Keras loss of
-  :mod:`~gnmt_tf.training.losses`), or RL refinement's mixed objective of eq. 9
-  (:mod:`~gnmt_tf.training.reinforce`).
+* What ``GNMT.train_step`` minimises is an objective passed to ``compile``: maximum
+  likelihood (eq. 7; :mod:`gnmt_tf.models.objectives`, the model's own), or RL
+  refinement's mixed objective of eq. 9 (:mod:`~gnmt_tf.training.reinforce`).
 * :mod:`~gnmt_tf.training.optimizer`, :mod:`~gnmt_tf.training.schedules`: Adam then SGD,
   the learning rate and delta (eq. 10) schedules.
 
-The public names below are imported on first use, so that importing this package (as
-``gnmt_tf.models.gnmt`` does) loads only what is asked for.
+The public names below are imported on first use, so that importing this package loads
+only what is asked for.
 """
 
 import importlib
@@ -19,8 +18,6 @@ _PUBLIC = {
     "Trainer": "gnmt_tf.training.trainer",
     "TrainResult": "gnmt_tf.training.trainer",
     "TrainingDiverged": "gnmt_tf.training.trainer",
-    "SequenceCrossEntropy": "gnmt_tf.training.losses",
-    "MaximumLikelihood": "gnmt_tf.training.objectives",
     "MixedObjective": "gnmt_tf.training.reinforce",
     "AdamThenSGD": "gnmt_tf.training.optimizer",
     "GNMTLearningRate": "gnmt_tf.training.schedules",

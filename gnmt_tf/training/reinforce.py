@@ -41,7 +41,7 @@ from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import RLConfig
 from gnmt_tf.decoding.sampling import RandomSampling
 from gnmt_tf.decoding.search import ban_special_tokens, decode, repeat_rows
-from gnmt_tf.training.objectives import REFERENCE_NLL, Batch
+from gnmt_tf.models.objectives import REFERENCE_NLL, Batch
 from gnmt_tf.vocab import BOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -104,7 +104,7 @@ class MixedObjective:
 
     Pass it to ``model.compile(optimizer=..., objective=MixedObjective(...))``; the
     shared ``GNMT.train_step`` minimises its :meth:`loss` with the compiled optimizer
-    (plain SGD for refinement). See :mod:`gnmt_tf.training.objectives`.
+    (plain SGD for refinement). See :mod:`gnmt_tf.models.objectives`.
 
     Args:
         config: the ``rl`` section (samples m, alpha, length limit).

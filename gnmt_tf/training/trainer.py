@@ -29,7 +29,7 @@ from gnmt_tf import model_dir as layout
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
-from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT, unpack_batch
 from gnmt_tf.training.callbacks import (
     BestScore,
@@ -42,7 +42,7 @@ from gnmt_tf.training.callbacks import (
     TrainingSummaries,
     current_step,
 )
-from gnmt_tf.training.objectives import MaximumLikelihood
+from gnmt_tf.models.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
 from gnmt_tf.training.schedules import DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer

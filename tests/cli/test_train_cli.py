@@ -53,7 +53,7 @@ def _dev_loss(model_dir):
     pairs = layout.read_dev_split(model_dir)
     data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
                         shuffle_buffer=1, seed=0, training=False)
-    from gnmt_tf.training.losses import SequenceCrossEntropy
+    from gnmt_tf.models.losses import SequenceCrossEntropy
 
     model.compile(loss=SequenceCrossEntropy())
     return model.evaluate(data, verbose=0, return_dict=True)["loss"]

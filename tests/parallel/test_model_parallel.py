@@ -118,7 +118,7 @@ import numpy as np
 from tensorflow.python.eager import context as eager_context
 
 from gnmt_tf.config import ParallelConfig
-from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
 from helpers import copy_task, tiny_model_config
 

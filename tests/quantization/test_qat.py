@@ -15,7 +15,7 @@ from gnmt_tf.quantization import qat
 from gnmt_tf.quantization import int8 as quantization
 from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.data import make_dataset, read_tsv
-from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
 from helpers import ROOT, copy_task, tiny_model_config, write_number_training_tsv
 
@@ -269,7 +269,7 @@ def refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("qat")
     init_dir = str(work / "init")
     shutil.copytree(model_dir, init_dir)  # the session fixture is shared: never write into it
-    shutil.copy(os.path.join(init_dir, "test.tsv"), os.path.join(init_dir, "dev.tsv"))
+    shutil.copy(os.path.join(init_dir, "test.tsv"), layout.dev_split_path(init_dir))
     train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
     code = _train_main(
@@ -290,12 +290,12 @@ def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
     t = config.training
     assert t.quantization_aware and t.adam_steps == 0 and t.max_steps == 30
     assert t.delta_start == config.model.clip_delta == float(model.clip_delta.numpy()) and t.delta_anneal_steps == 0
-    with open(os.path.join(init_dir, "dev.tsv"), encoding="utf-8") as a, open(
-        os.path.join(out_dir, "dev.tsv"), encoding="utf-8"
+    with open(layout.dev_split_path(init_dir), encoding="utf-8") as a, open(
+        layout.dev_split_path(out_dir), encoding="utf-8"
     ) as b:
         assert a.read() == b.read()  # the model's own dev split
     assert tf.train.latest_checkpoint(layout.checkpoint_dir(out_dir)).endswith("ckpt-30")
-    assert os.path.exists(os.path.join(layout.best_dir(out_dir), "best_bleu.txt"))
+    assert layout.read_best_bleu(out_dir) is not None
     from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).greedy(["one two three"]) == ["un deux trois"]

@@ -13,8 +13,8 @@ import tf_keras as keras
 
 from gnmt_tf.config import RLConfig
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.training.losses import SequenceCrossEntropy
-from gnmt_tf.training.objectives import Batch, MaximumLikelihood
+from gnmt_tf.models.losses import SequenceCrossEntropy
+from gnmt_tf.models.objectives import Batch, MaximumLikelihood
 from gnmt_tf.training.reinforce import MixedObjective
 from gnmt_tf.vocab import PAD_ID
 from helpers import copy_task, tiny_model_config

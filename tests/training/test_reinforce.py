@@ -15,7 +15,7 @@ from gnmt_tf.config import RLConfig, load_config
 from gnmt_tf.data import read_tsv
 from gnmt_tf.metrics.gleu import sentence_gleu
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.training.objectives import Batch
+from gnmt_tf.models.objectives import Batch
 from gnmt_tf.training.reinforce import (
     MixedObjective,
     expected_reward,

@@ -27,7 +27,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.training.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy
 
 REFERENCE_NLL = "reference_nll"
 """The key of an objective's logs holding the per-token negative log-likelihood of the
