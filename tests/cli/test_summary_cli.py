@@ -50,10 +50,9 @@ def printed_count(stdout):
 # name: (--config, --set overrides); None: the default config
 CASES = {
     "default": (None, {}),
-    "tiny_units": ("tiny", {"model.units": 48}),
     "tiny_variants": ("tiny", {"model.cell": "standard", "model.forget_bias": 1.0, "model.input_feeding": True,
                                "model.embedding_dim": 24, "model.bidirectional_units": 10, "model.encoder_layers": 1}),
-    "on_paper": ("tiny", {"model.vocab_size": 5, "model.units": 4, "model.encoder_layers": 1,
+    "on_paper": ("tiny", {"model.units": 4, "model.vocab_size": 5, "model.encoder_layers": 1,
                           "model.decoder_layers": 1, "model.attention_units": 3}),
 }
 # The on_paper case counted by hand: embeddings 2*5*4 = 40; encoder: two directions of 2 units reading

@@ -63,35 +63,39 @@ def two_checkpoints(trained_number_model, tmp_path_factory):
     return copy
 
 
+# Sentences of at most 3 wordpieces ("▁one", "▁six"): --max-input-length 3 leaves them whole.
+SENTENCES = ["one six", "six one", "six six one"]
+
+
 @pytest.fixture(scope="module")
-def runs(trained_number_model, two_checkpoints):
-    """Every command line this file checks, run side by side once: name -> (stdin, CompletedProcess)."""
-    model_dir, _ = trained_number_model
-    tokenizer = WordpieceTokenizer.load(model_dir)
-    sentences = "one six\nsix one two\nzero six one\n"
+def runs(two_checkpoints):
+    """The command lines this file checks, side by side: name -> CompletedProcess; and the truncated texts.
+
+    ``best`` also translates the texts --max-input-length 3 keeps of LONG_LINES, as the reference
+    for ``default``, which runs with --max-input-length 3 on SENTENCES and LONG_LINES.
+    """
+    tokenizer = WordpieceTokenizer.load(two_checkpoints)
+    assert all(len(truncated_text(tokenizer, s, 3).split()) == len(s.split()) for s in SENTENCES)
     kept = [truncated_text(tokenizer, line, 3) for line in LONG_LINES]
-    translate = [sys.executable, "-m", "gnmt_tf.translate"]
+    translate = [sys.executable, "-m", "gnmt_tf.translate", "--model-dir", two_checkpoints]
     cases = {
-        "latest": ([*translate, "--model-dir", two_checkpoints, "--checkpoint", "latest"], sentences),
-        "best": ([*translate, "--model-dir", two_checkpoints, "--checkpoint", "best"], sentences),
-        "default": ([*translate, "--model-dir", two_checkpoints], sentences),
-        "truncating": ([*translate, "--model-dir", model_dir, "--max-input-length", "3"], "\n".join(LONG_LINES) + "\n"),
-        "kept_pieces": ([*translate, "--model-dir", model_dir], "\n".join(kept) + "\n"),
+        "latest": ([*translate, "--checkpoint", "latest"], SENTENCES),
+        "best": ([*translate, "--checkpoint", "best"], SENTENCES + kept),
+        "default": ([*translate, "--max-input-length", "3"], SENTENCES + LONG_LINES),
     }
-    results = run_side_by_side(*cases.values(), env=ENV, timeout=300)
-    return {name: (case[1], result) for (name, case), result in zip(cases.items(), results)}, kept
+    results = run_side_by_side(*[(argv, "\n".join(lines) + "\n") for argv, lines in cases.values()],
+                               env=ENV, timeout=300)
+    for name, result in zip(cases, results):
+        assert result.returncode == 0, (name, result.stderr[-2000:])
+    return {name: result.stdout.split("\n")[:-1] for name, result in zip(cases, results)}, results[2].stderr, kept
 
 
 def test_checkpoint_latest_best_and_the_default(runs):
-    results, _ = runs
-    for name in ("latest", "best", "default"):
-        assert results[name][1].returncode == 0, (name, results[name][1].stderr[-2000:])
-    sentences = results["best"][0].splitlines()
-    best = results["best"][1].stdout.splitlines()
-    assert best == ["un six", "six un deux", "zéro six un"]  # the trained model, word for word
-    assert results["latest"][1].stdout.splitlines() == [swap_words(line) for line in best] != best
-    assert results["default"][1].stdout.splitlines() == best  # --checkpoint best is the default
-    assert len(best) == len(sentences)
+    outputs, _, _ = runs
+    best = outputs["best"][: len(SENTENCES)]
+    assert best == ["un six", "six un", "six six un"]  # the trained model, word for word
+    assert outputs["latest"] == [swap_words(line) for line in best] != best
+    assert outputs["default"][: len(SENTENCES)] == best  # --checkpoint best is the default
 
 
 def test_checkpoint_averaged_before_averaging_is_a_clear_error(two_checkpoints, capsys):
@@ -106,18 +110,15 @@ def test_checkpoint_averaged_before_averaging_is_a_clear_error(two_checkpoints, 
 
 
 def test_long_inputs_are_truncated_with_a_warning_naming_the_count(runs):
-    results, kept = runs
-    _, truncating = results["truncating"]
-    _, reference = results["kept_pieces"]
-    assert truncating.returncode == 0 and reference.returncode == 0, truncating.stderr[-2000:]
-    warnings = [line for line in truncating.stderr.splitlines() if line.startswith("warning:")]
-    # "one two three four" and "seven six five four three" have more than 3 wordpieces; "nine" has one.
+    outputs, stderr, kept = runs
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    # "one two three four" and "seven six five four three" have more than 3 wordpieces; the rest fewer.
     assert warnings == ["warning: 2 input line(s) longer than 3 wordpieces were truncated (--max-input-length)"]
-    lines = truncating.stdout.split("\n")[:-1]
+    lines = outputs["default"][len(SENTENCES):]
     assert len(lines) == len(LONG_LINES)  # one line per input line, the blank one blank
     assert lines[1] == "neuf" and lines[3] == ""
     # A truncated line translates as its first 3 wordpieces alone do.
-    assert lines == reference.stdout.split("\n")[:-1]
+    assert lines == outputs["best"][len(SENTENCES):]
     assert kept[0] != LONG_LINES[0] and kept[1] == LONG_LINES[1]
 
 
