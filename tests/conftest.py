@@ -130,10 +130,10 @@ def copy_version(version_dir, base, version=1):
 # the end. The first file needs no trained fixture model, so its worker does not sit idle while
 # the other one trains it (the second file's first test).
 LONGEST_FILES_FIRST = (
-    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py",
-    "test_serving_server.py", "test_export_int8.py", "test_docs.py", "test_export_cli.py",
-    "test_export_saved_model.py", "test_translate_cli.py", "test_translator.py", "test_qat.py",
-    "test_reinforce.py", "test_plots.py", "test_evaluate_cli.py", "test_summary_cli.py",
+    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
+    "test_serving_server.py", "test_export_int8.py", "test_export_saved_model.py", "test_export_cli.py",
+    "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py", "test_translate_cli.py",
+    "test_evaluate_cli.py", "test_summary_cli.py",
 )
 
 
