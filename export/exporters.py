@@ -179,6 +179,8 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
         raise ExportError("--bleu-tolerance must be >= 0 and --bleu-sentences >= 1")
     if request.version is not None and request.version < 1:
         raise ExportError(f"--version must be a positive integer, got {request.version}")
+    if request.beam_width is not None and request.beam_width < 1:
+        raise ExportError(f"--beam-width must be at least 1, got {request.beam_width}")
 
 
 def export(request: ExportRequest, format_name: str) -> str:
@@ -198,7 +200,7 @@ def export(request: ExportRequest, format_name: str) -> str:
     if request.quantize == "int8":
         _require_final_delta(request, model, config)
     decoding = config.decoding
-    if request.beam_width:
+    if request.beam_width is not None:
         decoding = type(decoding)(**{**decoding.__dict__, "beam_width": request.beam_width})
     translator = exporter.module(model, tokenizer, decoding)
 

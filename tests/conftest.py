@@ -82,11 +82,26 @@ def _train_number_model(tmp_path):
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=1000)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
-    layout.write_dev_split(model_dir, dev_pairs)  # as python -m gnmt_tf.train keeps it with the model
-    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:  # held out, for the tests alone
-        for source, target in dev_pairs:
+    # dev.tsv as python -m gnmt_tf.train keeps it with the model (the int8 exporter checks its BLEU
+    # on it); test.tsv is held out from both, so that a test measuring on it is independent of them.
+    layout.write_dev_split(model_dir, dev_pairs)
+    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:
+        for source, target in held_out_number_pairs(100, train_pairs + dev_pairs):
             handle.write(f"{source}\t{target}\n")
     return model_dir, result
+
+
+def held_out_number_pairs(count, seen_pairs):
+    """``count`` distinct number-task pairs whose sources are not among ``seen_pairs``' sources."""
+    from helpers import number_word_pairs
+
+    seen = {source for source, _ in seen_pairs}
+    held_out = {}
+    for source, target in number_word_pairs(20 * count, seed=3, min_len=1):
+        if source not in seen:
+            held_out.setdefault(source, target)
+    assert len(held_out) >= count, "too few unseen pairs: draw more"
+    return list(held_out.items())[:count]
 
 
 @pytest.fixture(scope="session")
@@ -120,9 +135,10 @@ def copy_version(version_dir, base, version=1):
 # the end. The first file needs no trained fixture model, so its worker does not sit idle while
 # the other one trains it (the second file's first test).
 LONGEST_FILES_FIRST = (
-    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py",
-    "test_serving_server.py", "test_export_int8.py", "test_docs.py", "test_export_saved_model.py",
-    "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
+    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
+    "test_serving_server.py", "test_export_int8.py", "test_export_saved_model.py", "test_export_cli.py",
+    "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py", "test_translate_cli.py",
+    "test_evaluate_cli.py", "test_summary_cli.py",
 )
 
 

@@ -1,23 +1,57 @@
-"""The documentation cannot rot: its commands parse with today's command lines, its Python runs.
+"""The documentation cannot rot: its commands parse and run, its Python runs, and both give what they promise.
 
-Every ``python -m MODULE ...`` in a ```sh block of README.md and docs/*.md is parsed with that
-module's ``build_parser()``, so a renamed or removed flag fails here; the Python blocks of
-docs/python_api.md run against a trained model. (The curl calls of docs/serving.md run against
-the local server in tests/serving/test_serving_client.py.)
+Every ``python -m MODULE ...`` of README.md and docs/*.md (in ```sh blocks, and in inline code
+spans with arguments) is parsed with that module's ``build_parser()``, so a renamed or removed
+flag fails here. Then every one that can run in seconds runs, side by side, in a copy of the docs'
+world laid out in a temporary directory: ``runs/en-fr`` is a copy of the session's trained number
+model (English digit words -> French), ``in.txt`` holds number sentences, ``serving_models/``,
+``tflite_models/`` and ``pictures/`` are empty, and the local server serves the session's export.
+Each run's output is checked, not only its exit status. The commands that cannot run here are
+listed in PARSE_ONLY with the reason. The Python blocks of docs/python_api.md and README.md run
+too, with checked output. (The curl calls of docs/serving.md run against the local server in
+tests/serving/test_serving_client.py.)
 """
 
+import ast
 import contextlib
 import glob
 import importlib
 import io
+import json
 import os
 import re
 import shlex
+import shutil
+import sys
+from typing import NamedTuple, Optional, Tuple
 
+import numpy as np
 import pytest
+
+from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, run_side_by_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+sys.path.insert(0, os.path.join(ROOT, "tests", "serving"))  # serving_helpers: the local server as a process
+from serving_helpers import ServerProcess, free_port  # noqa: E402
+
+SEPARATORS = ("|", "||", "&&", ";", "&")
+
+
+class DocCommand(NamedTuple):
+    """One documented ``python -m`` command: module, arguments, and where its input comes from."""
+
+    page: str
+    module: str
+    args: Tuple[str, ...]
+    stdin_text: Optional[str] = None  # ``echo TEXT | python -m ...``
+    stdin_file: Optional[str] = None  # ``python -m ... < FILE``
+    stdout_file: Optional[str] = None  # ``python -m ... > FILE``
+
+    @property
+    def key(self) -> str:
+        return " ".join((self.module,) + self.args)
 
 
 def code_blocks(path, language):
@@ -27,45 +61,151 @@ def code_blocks(path, language):
     return [block.replace("\\\n", " ") for block in blocks]
 
 
-def python_commands(path):
-    """(module, args) of every ``python -m`` command in the shell blocks of ``path``."""
-    found = []
-    for block in code_blocks(path, "sh"):
-        for line in block.splitlines():
-            for part in re.split(r"\|\||&&|\||;", line):
-                words = shlex.split(part, comments=True)
-                if len(words) >= 3 and words[0] in ("python", "python3") and words[1] == "-m":
-                    args, skip = [], False
-                    for word in words[3:]:  # drop redirections and their targets
-                        if skip:
-                            skip = False
-                        elif word in ("<", ">", "2>"):
-                            skip = True
-                        else:
-                            args.append(word)
-                    found.append((words[2], args))
+def shell_words(line):
+    """Words and operators of one shell line, as the shell splits them (quotes removed, comments dropped)."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars="|&;<>")
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def commands_of_line(page, line):
+    found, words, previous, separator = [], [], None, None
+    for word in shell_words(line) + [";"]:
+        if word not in SEPARATORS:
+            words.append(word)
+            continue
+        if len(words) >= 3 and words[0] in ("python", "python3") and words[1] == "-m":
+            args, redirections, rest = [], {}, iter(words[3:])
+            for argument in rest:
+                if argument in ("<", ">"):
+                    redirections[argument] = next(rest)
+                else:
+                    args.append(argument)
+            echoed = previous[1:] if separator == "|" and previous and previous[0] == "echo" else None
+            found.append(DocCommand(page, words[2], tuple(args), " ".join(echoed) if echoed else None,
+                                    redirections.get("<"), redirections.get(">")))
+        previous, separator, words = words, word, []
     return found
 
 
-COMMANDS = [(os.path.relpath(page, ROOT), module, args) for page in PAGES for module, args in python_commands(page)]
+def python_commands(path):
+    """Every ``python -m`` command of ``path``: its ```sh blocks' lines, then its inline code spans.
+
+    An inline span without arguments (`python -m gnmt_tf.evaluate`) names a tool, not a command.
+    """
+    page = os.path.relpath(path, ROOT)
+    found = [command for block in code_blocks(path, "sh") for line in block.splitlines()
+             for command in commands_of_line(page, line)]
+    prose = re.sub(r"^```.*?^```", "", open(path, encoding="utf-8").read(), flags=re.S | re.M)
+    for span in re.findall(r"`(python3? -m [^`]*)`", prose):
+        words = span.split()
+        if len(words) > 3:
+            found.append(DocCommand(page, words[2], tuple(words[3:])))
+    return found
+
+
+COMMANDS = [command for page in PAGES for command in python_commands(page)]
+
+# Inline spans that show part of a command, not one to type.
+FRAGMENTS = {
+    "gnmt_tf.train --strategy NAME": "NAME stands for any of the strategies listed after it",
+    "export --format saved_model": "names one option of the export command shown in full above it",
+    "export ... --quantize int8": "the elided export command shown in full in README.md",
+}
+
+# Documented commands that are only parsed here, and why they cannot run in seconds.
+PARSE_ONLY = {
+    "pytest -q": "the test suite itself",
+    "gnmt_tf.train": "trains the small config on the gettext catalogs for ten minutes",
+    "gnmt_tf.train --target-lang de": "trains the small config on the gettext catalogs for ten minutes",
+    "gnmt_tf.train --set model.units=128 --max-steps 200": "200 steps of the small config: minutes",
+    "gnmt_tf.train --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv --model-dir runs/wmt14-enfr":
+        "the paper's recipe: WMT'14 data that is not here and days of training",
+    "gnmt_tf.train --refine qat --init-from DIR":
+        "DIR stands for a model; tests/quantization/test_qat.py runs --refine qat on the session's model",
+    "gnmt_tf.train --refine qat --init-from runs/en-fr --model-dir runs/en-fr-qat":
+        "fine-tunes for the small config's ten minutes; tests/quantization/test_qat.py runs it for 30 steps",
+    "gnmt_tf.train --refine rl --init-from runs/en-fr --model-dir runs/en-fr-rl":
+        "refines until dev BLEU stalls: minutes; tests/test_reinforce.py runs it for 20 steps",
+    "gnmt_tf.train --strategy mirrored --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv "
+    "--set training.batch_size=1024": "several GPUs and WMT'14 data",
+    "gnmt_tf.train --strategy mirrored --logical-cpus 2 --max-steps 100 --model-dir runs/en-fr-mirrored":
+        "100 steps of the small config on two logical CPUs: minutes; tests/parallel/test_distributed.py "
+        "trains the tiny config mirrored over two logical CPUs",
+    "gnmt_tf.train --strategy multi_worker --config gnmt_wmt14_enfr --train /data/train.tsv.gz --dev "
+    "/data/newstest2013.tsv --model-dir /shared/runs/wmt14-enfr --set training.batch_size=2048":
+        "a cluster of machines (TF_CONFIG) and WMT'14 data; tests/parallel/test_distributed.py runs a local cluster",
+    "gnmt_tf.train --strategy parameter_server":
+        "a ps or worker task of a cluster of machines; tests/parallel/test_distributed.py runs a local cluster",
+    "gnmt_tf.train --strategy parameter_server --config gnmt_wmt14_enfr --train train.tsv.gz --dev "
+    "newstest2013.tsv --model-dir runs/wmt14-enfr":
+        "the chief of a cluster of machines, WMT'14 data; tests/parallel/test_distributed.py runs a local cluster",
+    "gnmt_tf.train --strategy tpu --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv "
+    "--model-dir runs/wmt14-enfr --set training.batch_size=1024": "a TPU and WMT'14 data",
+    "gnmt_tf.train --logical-cpus 2 --set parallel.mode=model --max-steps 100 --model-dir runs/en-fr-mp":
+        "100 model-parallel steps of the small config: minutes; tests/parallel/test_model_parallel.py checks "
+        "model-parallel outputs and gradients on two devices",
+    "gnmt_tf.summary --config gnmt_wmt14_enfr":
+        "builds the paper's 262M-parameter model: ~20 s and 2 GB; tests/cli/test_summary_cli.py checks the "
+        "printed count against one by hand on other configs",
+    "export --model-dir runs/en-fr --output serving_models/gnmt --format saved_model --quantize int8":
+        "the same command line is run by tests/export/test_export_int8.py (int8_exports), a minute of exporting",
+    "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite --quantize int8":
+        "the same command line is run by tests/export/test_export_int8.py (int8_exports), a minute of exporting",
+    "serving.server --model_name gnmt --model_base_path $PWD/serving_models/gnmt":
+        "docs/serving.md's server command, which runs here, with the ports 8500 and 8501 that may be taken "
+        "on a shared machine",
+}
+
+# Documented commands that run here (see test_documented_commands_run): every other one.
+RUN_HERE = sorted({c.key for c in COMMANDS} - set(PARSE_ONLY) - set(FRAGMENTS))
+
+# The sentences the docs' examples use, in the number model's language.
+STAND_INS = {"Open the file": "three one four", "Save as...": "nine eight"}
+IN_TXT = ["three one four", "", "nine", "two five eight nine", "seven six"]
+
+
+def french(sentence):
+    """The number task's reference translation: word for word (tests/helpers.py: number_word_pairs)."""
+    return " ".join(FRENCH_NUMBERS[ENGLISH_NUMBERS.index(word)] for word in sentence.split())
+
+
+def number_sentence(text):
+    """A documented example sentence as one the fixture model knows."""
+    if all(word in ENGLISH_NUMBERS for word in text.split()):
+        return text
+    assert text in STAND_INS, f"no number sentence stands in for the documented {text!r}: add one to STAND_INS"
+    return STAND_INS[text]
 
 
 def test_the_docs_have_commands_for_every_user():
-    modules = {module for _, module, _ in COMMANDS}
-    assert {"gnmt_tf.train", "gnmt_tf.translate", "gnmt_tf.evaluate", "export", "serving.server",
-            "serving.client", "gnmt_tf.report"} <= modules
+    modules = {command.module for command in COMMANDS}
+    assert {"gnmt_tf.train", "gnmt_tf.translate", "gnmt_tf.evaluate", "gnmt_tf.average", "gnmt_tf.report",
+            "gnmt_tf.summary", "export", "serving.server", "serving.client"} <= modules
 
 
-@pytest.mark.parametrize("page, module, args", COMMANDS, ids=[f"{p}:{m}:{' '.join(a)[:40]}" for p, m, a in COMMANDS])
-def test_documented_command_lines_parse(page, module, args):
-    if module == "pytest":
+def test_every_documented_command_is_run_or_says_why_not():
+    documented = {command.key for command in COMMANDS}
+    assert not set(PARSE_ONLY) - documented, "PARSE_ONLY lists commands the docs no longer have"
+    assert not set(FRAGMENTS) - documented, "FRAGMENTS lists spans the docs no longer have"
+    assert not set(PARSE_ONLY) & set(FRAGMENTS)
+    checked = {key.split()[0] for key in RUN_HERE}
+    assert checked <= set(CHECKS), f"no check for the documented commands of {checked - set(CHECKS)}"
+    assert len(RUN_HERE) >= 14  # translate x4, evaluate, export x2, average, report, server, client x3, --help x2
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.key not in FRAGMENTS],
+                         ids=[f"{c.page}:{c.key[:60]}" for c in COMMANDS if c.key not in FRAGMENTS])
+def test_documented_command_lines_parse(command):
+    if command.module == "pytest":
         return
-    parser = importlib.import_module(f"{module}.__main__" if module == "export" else module).build_parser()
-    with contextlib.redirect_stderr(io.StringIO()) as errors:
+    module = importlib.import_module(f"{command.module}.__main__" if command.module == "export" else command.module)
+    with contextlib.redirect_stderr(io.StringIO()) as errors, contextlib.redirect_stdout(io.StringIO()):
         try:
-            parser.parse_args(args)
-        except SystemExit:
-            pytest.fail(f"{page}: python -m {module} {' '.join(args)}: {errors.getvalue().strip()}")
+            module.build_parser().parse_args(list(command.args))
+        except SystemExit as stop:
+            if stop.code != 0:  # --help exits 0
+                pytest.fail(f"{command.page}: python -m {command.key}: {errors.getvalue().strip()}")
 
 
 def test_documented_scripts_exist():
@@ -75,14 +215,288 @@ def test_documented_scripts_exist():
                 assert os.path.exists(os.path.join(ROOT, script)), f"{page} names {script}"
 
 
+# ------------------------------------------------------------------------------------------ running them
+class DocsWorld:
+    """The places the documented commands name, laid out under a temporary directory."""
+
+    PLACES = ("runs/", "in.txt", "out.txt", "pictures/", "serving_models/", "tflite_models/")
+
+    def __init__(self, root, model_dir, served_base):
+        self.root = str(root)
+        self.model_dir = os.path.join(self.root, "runs", "en-fr")
+        shutil.copytree(model_dir, self.model_dir)
+        with open(self.path("in.txt"), "w", encoding="utf-8") as handle:
+            handle.writelines(line + "\n" for line in IN_TXT)
+        self.served_base = served_base
+        self.rest_port = free_port()
+
+    def path(self, word):
+        return os.path.join(self.root, word)
+
+    def argument(self, word):
+        """A documented argument as it is run here: paths into the world, ports the server really has."""
+        if word.startswith("$PWD/serving_models/"):
+            return self.served_base  # served from the start: the session's export
+        if word.startswith(self.PLACES):
+            return self.path(word)
+        if word.startswith("serving/"):
+            return os.path.join(ROOT, word)
+        ports = {"8500": "0", "8501": str(self.rest_port)}  # gRPC: a free port the server picks and logs
+        return ports.get(word, word)
+
+    def argv(self, command, grpc_port=None):
+        args = [self.argument(word) for word in command.args]
+        args = [word.replace("localhost:8501", f"127.0.0.1:{self.rest_port}")
+                .replace("localhost:8500", f"127.0.0.1:{grpc_port}") for word in args]
+        return [sys.executable, "-m", command.module, *args]
+
+    def stdin(self, command):
+        if command.stdin_text is not None:
+            return number_sentence(command.stdin_text) + "\n"
+        if command.stdin_file is not None:
+            with open(self.path(command.stdin_file), encoding="utf-8") as handle:
+                return handle.read()
+        return None
+
+
+def add_third_checkpoint(model_dir):
+    """The newest checkpoint saved again as a third one: `--last 3` needs three (tiny keeps two)."""
+    import tensorflow as tf
+
+    from gnmt_tf import model_dir as layout
+
+    model, _, _ = layout.load_model_dir(model_dir, which="latest")
+    directory = layout.checkpoint_dir(model_dir)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory, max_to_keep=3)
+    assert len(manager.checkpoints) == 2
+    manager.save(checkpoint_number=1001)
+    return [os.path.basename(path) for path in manager.checkpoints]
+
+
+def translated_lines(command, result, world):
+    if command.stdout_file:
+        return open(world.path(command.stdout_file), encoding="utf-8").read().splitlines()
+    if "--output" in command.args:
+        output = command.args[command.args.index("--output") + 1]
+        assert result.stdout == ""
+        return open(world.path(output), encoding="utf-8").read().splitlines()
+    return result.stdout.splitlines()
+
+
+def check_translate(command, result, world):
+    if "--input" in command.args:
+        with open(world.path(command.args[command.args.index("--input") + 1]), encoding="utf-8") as handle:
+            sources = handle.read().splitlines()
+    else:
+        sources = world.stdin(command).splitlines()
+    lines = translated_lines(command, result, world)
+    assert f"translated {len(sources)} lines" in result.stderr
+    if "--n-best" not in command.args:
+        assert lines == [french(source) for source in sources]
+    else:  # INDEX ||| TEXT ||| SCORE, at most N per line, the best first; a blank line gets none
+        width = int(command.args[command.args.index("--n-best") + 1])
+        entries = [line.split(" ||| ") for line in lines]
+        indices = [int(index) for index, _, _ in entries]
+        assert sorted(set(indices)) == [i for i, source in enumerate(sources) if source]
+        for i in set(indices):
+            texts = [text for index, text, _ in entries if int(index) == i]
+            scores = [float(score) for index, _, score in entries if int(index) == i]
+            assert 1 <= len(texts) <= width and texts[0] == french(sources[i]) and len(set(texts)) == len(texts)
+            assert scores == sorted(scores, reverse=True) and all(score < 0 for score in scores)
+    if "--plot-attention" in command.args:
+        from matplotlib.image import imread
+
+        directory = world.path(command.args[command.args.index("--plot-attention") + 1])
+        names = sorted(os.listdir(directory))
+        assert names == [f"{i:04d}.png" for i in range(1, len(sources) + 1)]  # one per input line
+        heights, widths = zip(*(imread(os.path.join(directory, name)).shape[:2] for name in names))
+        blank, short, long = sources.index(""), sources.index("nine"), sources.index("two five eight nine")
+        assert heights[blank] < min(h for i, h in enumerate(heights) if i != blank)  # a one-line note
+        assert widths[long] > widths[short]  # more source pieces, more columns
+
+
+def check_evaluate(command, result, world):
+    with open(os.path.join(world.model_dir, "dev.tsv"), encoding="utf-8") as handle:
+        pairs = [line for line in handle if line.strip()]
+    report = json.loads(result.stdout)
+    assert report["sentences"] == len(pairs) and report["skipped_lines"] == 0
+    assert report["bleu"] > 70 and report["bleu_text"].startswith(f"BLEU = {report['bleu']:.2f}")
+    assert report["signature"].startswith("nrefs:1") and report["beam_width"] == 4  # the tiny config's
+
+
+def check_export(command, result, world):
+    output = command.args[command.args.index("--output") + 1]
+    version = os.path.join(world.path(output), "1")
+    assert f"exported {version}" in result.stdout and "checked: " in result.stdout
+    assert sorted(os.listdir(world.path(output))) == ["1"]  # no staging directory left
+    format_name = command.args[command.args.index("--format") + 1]
+    if format_name == "saved_model":
+        assert os.path.exists(os.path.join(version, "saved_model.pb"))  # translated by README's Python block
+    else:
+        from export.tflite import TFLiteTranslator
+
+        ops = open(os.path.join(version, "translator.ops.txt"), encoding="utf-8").read().split()
+        assert ops and not any(op.startswith("Flex") for op in ops)
+        translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(IN_TXT)
+        assert translations == [french(source) for source in IN_TXT]
+
+
+def check_average(command, result, world):
+    from gnmt_tf import model_dir as layout
+
+    last = int(command.args[command.args.index("--last") + 1])
+    averaged = world.checkpoints[-last:]
+    assert f"averaged {last} checkpoints ({', '.join(averaged)})" in result.stdout
+    sources = open(os.path.join(layout.averaged_dir(world.model_dir), "sources.txt"), encoding="utf-8").read()
+    assert sources.split() == averaged
+    assert layout.find_checkpoint(world.model_dir, "averaged")
+
+
+def check_report(command, result, world):
+    from matplotlib.image import imread
+
+    picture = os.path.join(world.model_dir, "training_curves.png")
+    assert result.stdout.splitlines()[0] == f"wrote {picture}"
+    assert result.stdout.splitlines()[1].startswith("last step 1000, training loss ")
+    assert imread(picture).shape[:2] == (750, 1100)
+
+
+def check_help(command, result, world):
+    assert result.stdout.startswith(f"usage: python -m {command.module} ")
+
+
+def check_client(command, result, world):
+    if "--status" in command.args:
+        assert [entry["state"] for entry in json.loads(result.stdout)] == ["AVAILABLE"]
+        return
+    expected = french(number_sentence(command.stdin_text))
+    if "--scores" in command.args:
+        score, text = result.stdout.rstrip("\n").split("\t")
+        assert text == expected and float(score) < 0
+    else:
+        assert result.stdout == expected + "\n"
+
+
+CHECKS = {
+    "gnmt_tf.translate": check_translate, "gnmt_tf.evaluate": check_evaluate, "export": check_export,
+    "gnmt_tf.average": check_average, "gnmt_tf.report": check_report, "gnmt_tf.train": check_help,
+    "serving.server": check_help, "serving.client": check_client,
+}
+
+
+def documented_commands_to_run():
+    """One DocCommand per key of RUN_HERE (a command documented on two pages runs once)."""
+    by_key = {}
+    for command in COMMANDS:
+        if command.key in RUN_HERE:
+            by_key.setdefault(command.key, command)
+    return [by_key[key] for key in RUN_HERE]
+
+
+def is_server(command):
+    return command.module == "serving.server" and "--help" not in command.args
+
+
+def test_documented_commands_run(trained_number_model, exported_number_model, tmp_path):
+    """Every command of RUN_HERE, side by side, against the docs' world; then each one's output is checked.
+
+    The documented server serves the session's export from the start (the docs export first and then
+    serve; here the export command runs at the same time), and the clients run once it serves.
+    """
+    from conftest import copy_version
+
+    model_dir, _ = trained_number_model
+    world = DocsWorld(tmp_path / "docs", model_dir, copy_version(exported_number_model, str(tmp_path / "served")))
+    world.checkpoints = add_third_checkpoint(world.model_dir)
+    commands = documented_commands_to_run()
+    [server_command] = [c for c in commands if is_server(c)]
+    clients = [c for c in commands if c.module == "serving.client"]
+    others = [c for c in commands if c not in clients and c is not server_command]
+
+    server = ServerProcess(world.argv(server_command)[3:], watchdog_seconds=600)
+    try:
+        results = dict(zip(others, run_side_by_side(*[(world.argv(c), world.stdin(c)) for c in others],
+                                                    env=ENV, timeout=600)))
+        server.wait_until_serving()
+        results.update(zip(clients, run_side_by_side(
+            *[(world.argv(c, grpc_port=server.grpc_port), world.stdin(c)) for c in clients], env=ENV, timeout=300)))
+        assert server.process.poll() is None, server.log[-3000:]
+    finally:
+        server.kill()
+    for command, result in results.items():
+        assert result.returncode == 0, (command.key, result.stderr[-3000:])
+        assert "Traceback" not in result.stderr, (command.key, result.stderr[-3000:])
+        CHECKS[command.module](command, result, world)
+
+    # README's Python block loads what the documented export wrote.
+    [block] = code_blocks(os.path.join(ROOT, "README.md"), "python")
+    block = block.replace('"serving_models/gnmt/1"', repr(world.path("serving_models/gnmt/1")))
+    _, _, value = run_python_block(block, "README.md")
+    assert [text.decode() for text in value["translations"].numpy()] == ["trois un quatre"]
+    assert value["scores"].shape == (1,) and float(value["scores"][0]) < 0
+
+
+# ------------------------------------------------------------------------------------------ Python blocks
+def run_python_block(code, page):
+    """Run a documented Python block with its example sentences in the number model's language.
+
+    Returns (namespace, what it printed, the value of its last line when that is an expression,
+    as a notebook shows it).
+    """
+    for text, stand_in in STAND_INS.items():
+        code = code.replace(repr(text).replace("'", '"'), repr(stand_in))
+    tree = ast.parse(code)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    namespace, printed = {"__name__": "docs"}, io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(tree, page, "exec"), namespace)
+        value = eval(compile(ast.Expression(last.value), page, "eval"), namespace) if last else None
+    return namespace, printed.getvalue(), value
+
+
+def pieces_of(tokenizer, sentence):
+    return [piece for word in sentence.split() for piece in tokenizer.segment_word(word)]
+
+
 def test_python_api_page_runs(trained_number_model, tmp_path, monkeypatch):
-    """Each Python block of docs/python_api.md, with runs/en-fr standing for a trained model."""
+    """Each Python block of docs/python_api.md, with runs/en-fr standing for the trained model."""
     model_dir, _ = trained_number_model
     monkeypatch.chdir(tmp_path)
     blocks = code_blocks(os.path.join(ROOT, "docs", "python_api.md"), "python")
-    assert len(blocks) >= 3
-    for block in blocks:
-        code = block.replace('"runs/en-fr"', repr(model_dir))
-        output = io.StringIO()
-        with contextlib.redirect_stdout(output):
-            exec(compile(code, "docs/python_api.md", "exec"), {"__name__": "docs"})
+    assert len(blocks) == 3, "a new block of docs/python_api.md needs its checks here"
+    blocks = [block.replace('"runs/en-fr"', repr(model_dir)) for block in blocks]
+
+    # Building and training with Keras: fit lowers the loss; one decoding step gives what teacher
+    # forcing gives at the first position.
+    namespace, printed, _ = run_python_block(blocks[0], "docs/python_api.md")
+    epochs = re.split(r"^Epoch \d+/\d+$", printed, flags=re.M)[1:]
+    losses = [float(re.findall(r" loss: (\d+\.\d+)", epoch)[-1]) for epoch in epochs]  # each epoch's last
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2], printed
+    model, source, target_in = namespace["model"], namespace["source"], namespace["target_in"]
+    vocab = namespace["config"].model.vocab_size
+    assert namespace["logits"].shape == (1, vocab)
+    np.testing.assert_allclose(namespace["logits"], model((source, target_in))[:, 0], rtol=1e-5, atol=1e-5)
+    attention = namespace["attention"].numpy()
+    assert attention.shape == (1, source.shape[1]) and attention.sum() == pytest.approx(1.0, abs=1e-5)
+
+    # Translating: the stand-ins' translations, and attention over the pieces of both sentences.
+    namespace, printed, _ = run_python_block(blocks[1], "docs/python_api.md")
+    translations, best_line = printed.splitlines()
+    assert translations == str(["trois un quatre", "neuf huit"])
+    text, score, shape = re.fullmatch(r"(.*) (\S+) (\(\d+, \d+\))", best_line).groups()
+    assert text == "trois un quatre" and float(score) < 0
+    tokenizer = namespace["tokenizer"]
+    expected_shape = (len(pieces_of(tokenizer, "trois un quatre")) + 1, len(pieces_of(tokenizer, "three one four")) + 1)
+    assert shape == str(expected_shape)  # [target pieces + EOS, source pieces + EOS]
+    best = namespace["nbest"][0]
+    np.testing.assert_allclose(best.attention.sum(axis=1), 1.0, rtol=1e-5)
+    assert 1 <= len(namespace["nbest"]) <= 4
+
+    # int8 inference: the same translation from int8 weights, and a smaller model.
+    namespace, printed, _ = run_python_block(blocks[2], "docs/python_api.md")
+    translation, sizes = printed.splitlines()
+    assert translation == str(["trois un quatre"])
+    sizes = ast.literal_eval(sizes)
+    assert set(sizes) == {"int8_bytes", "float32_bytes"} and 0 < sizes["int8_bytes"] < sizes["float32_bytes"]
+    float_bytes = sum(v.numpy().nbytes for v in namespace["model"].variables)
+    assert sizes["float32_bytes"] == float_bytes

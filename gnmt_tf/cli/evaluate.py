@@ -56,6 +56,8 @@ def main(argv=None) -> int:
     try:
         pairs, report = read_parallel(args.test)
         translator, config = load_translator(args)
+        # Opened before decoding: a path it cannot write fails now, not after the whole test set.
+        hypotheses_file = open(args.hypotheses, "w", encoding="utf-8") if args.hypotheses else None
     except (ConfigError, DataError, ModelDirError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -88,9 +90,9 @@ def main(argv=None) -> int:
         "beamsize": overrides.get("beamsize", d.beamsize),
         "batch_size": args.batch_size,
     }
-    if args.hypotheses:
-        with open(args.hypotheses, "w", encoding="utf-8") as handle:
-            handle.writelines(h + "\n" for h in hypotheses)
+    if hypotheses_file:
+        with hypotheses_file:
+            hypotheses_file.writelines(h + "\n" for h in hypotheses)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -11,6 +11,9 @@ from helpers import run_side_by_side
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Lines TensorFlow's C++ side prints at start-up: absl's pre-init notice and glog-style records.
 TENSORFLOW_LINE_STARTS = ("WARNING: All log messages before absl", "I0000", "W0000", "E0000")
+# A user's environment: no log level set, and not the TF_USE_LEGACY_KERAS that importing
+# tensorflow-model-optimization sets in a test process that ran a QAT test before this one.
+USER_ENV = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")}
 
 
 def _tensorflow_lines(text):
@@ -18,7 +21,7 @@ def _tensorflow_lines(text):
 
 
 def test_a_command_prints_only_its_own_lines_unless_verbose():
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env = USER_ENV
     command = [sys.executable, "-m", "gnmt_tf.summary", "--config", "tiny"]
     quiet, verbose, by_variable = run_side_by_side(
         (command, None), (command + ["--verbose"], None), (["env", "TF_CPP_MIN_LOG_LEVEL=0"] + command, None),
@@ -47,8 +50,7 @@ def test_a_failing_start_shows_what_tensorflow_printed():
         "from gnmt_tf.cli.common import start_tensorflow\n"
         "start_tensorflow()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", code], env=USER_ENV, cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode != 0
     assert "captured diagnosis" in result.stderr and "no tf_keras here" in result.stderr

@@ -1,7 +1,11 @@
-"""int8 exports (section 6): eq. 12 weights inside the artifacts, size, and BLEU against float."""
+"""int8 exports (section 6): eq. 12 weights inside the artifacts, size, int8 products, and BLEU against float.
 
+BLEU is measured on the fixture model's test.tsv, held out from training and from the dev.tsv
+on which the exporter checks every int8 export itself, so these tests do not repeat its check.
+"""
+
+import importlib.util
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,7 +16,7 @@ from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFL
 from gnmt_tf.metrics.bleu import corpus_bleu
 from gnmt_tf.model_dir import load_model_dir
 from gnmt_tf.inference.translator import Translator
-from helpers import ROOT
+from helpers import ROOT, run_side_by_side
 
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
@@ -28,33 +32,50 @@ def read_pairs(path):
         return [line.rstrip("\n").split("\t") for line in handle if line.strip()]
 
 
-def run_export(*args):
-    return subprocess.run([sys.executable, "-m", "export", *args], env=ENV, capture_output=True, text=True,
-                          timeout=600)
+# name: the int8 exports this file checks, each made once through the command line: (format, options)
+INT8_EXPORTS = {
+    "saved_model": ("saved_model", []),  # int8 weights, dequantized once per request (the default)
+    "saved_model_int8_products": ("saved_model", ["--int8-products", "int8"]),  # section 6's int8 x int8
+    "tflite": ("tflite", []),
+}
 
 
 @pytest.fixture(scope="module")
 def int8_exports(trained_number_model, tmp_path_factory):
-    """Both formats exported int8 through the command line (which checks dev BLEU itself)."""
+    """The int8 exports through the command line, side by side; each checks its dev BLEU itself."""
     model_dir, _ = trained_number_model
     base = tmp_path_factory.mktemp("int8")
+    wanted = {name: spec for name, spec in INT8_EXPORTS.items()
+              if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
+    commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
+                  "--format", format_name, "--quantize", "int8", *options], None)
+                for name, (format_name, options) in wanted.items()]
     paths = {}
-    for format_name in ("saved_model", "tflite"):
-        if format_name == "tflite":
-            pytest.importorskip("ai_edge_litert")
-        output = str(base / format_name)
-        result = run_export("--model-dir", model_dir, "--output", output, "--format", format_name, "--quantize", "int8")
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "checked: dev BLEU float" in result.stdout
-        paths[format_name] = os.path.join(output, "1")
+    for name, result in zip(wanted, run_side_by_side(*commands, env=ENV, timeout=900)):
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
+        paths[name] = os.path.join(base, name, "1")
     return model_dir, paths
+
+
+def tflite_paths(int8_exports):
+    _, paths = int8_exports
+    if "tflite" not in paths:
+        pytest.skip("ai_edge_litert (the TFLite interpreter) is not installed")
+    return paths["tflite"]
 
 
 @pytest.fixture(scope="module")
 def float_baseline(trained_number_model):
-    """Held-out sources, references and the float Keras model's BLEU on them."""
+    """Held-out sources, references and the float Keras model's BLEU on them.
+
+    test.tsv, not the dev.tsv the exporter's BLEU gate reads: a measurement of its own, on
+    sentences the gate never saw (and that training never saw).
+    """
     model_dir, _ = trained_number_model
     pairs = read_pairs(os.path.join(model_dir, "test.tsv"))
+    dev_sources = {source for source, _ in read_pairs(os.path.join(model_dir, "dev.tsv"))}
+    assert len(pairs) == 100 and not dev_sources & {source for source, _ in pairs}
     sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
     model, tokenizer, config = load_model_dir(model_dir)
     float_bleu = corpus_bleu(Translator(model, tokenizer, config.decoding).translate(sources), references).score
@@ -62,23 +83,51 @@ def float_baseline(trained_number_model):
     return sources, references, float_bleu
 
 
-def test_saved_model_int8_translates_within_tolerance_of_float(int8_exports, float_baseline):
+def saved_model_translations(path, sources):
+    translate = tf.saved_model.load(path).signatures["serving_default"]
+    return [t.decode() for t in translate(sentences=tf.constant(sources))["translations"].numpy()]
+
+
+def matmul_input_types(path):
+    """{(op, input dtype)} of every matrix product in a SavedModel's graph and functions."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    graph = saved.meta_graphs[0].graph_def
+    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    return {(node.op, types_pb2.DataType.Name(node.attr["Ta" if "Ta" in node.attr else "T"].type))
+            for node in nodes if "MatMul" in node.op}
+
+
+@pytest.mark.parametrize("name", ["saved_model", "saved_model_int8_products"])
+def test_saved_model_int8_translates_within_tolerance_of_float(name, int8_exports, float_baseline):
     _, paths = int8_exports
     sources, references, float_bleu = float_baseline
-    translate = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
-    int8_out = [t.decode() for t in translate(sentences=tf.constant(sources))["translations"].numpy()]
+    int8_out = saved_model_translations(paths[name], sources)
     assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
+
+
+def test_int8_products_run_int8_matmuls_and_the_default_does_not(int8_exports):
+    """--int8-products int8 multiplies int8 by int8 (section 6); the default dequantizes and multiplies floats."""
+    _, paths = int8_exports
+    products = matmul_input_types(paths["saved_model_int8_products"])
+    default = matmul_input_types(paths["saved_model"])
+    assert ("BatchMatMulV3", "DT_INT8") in products
+    assert not any(dtype == "DT_INT8" for _, dtype in default) and ("MatMul", "DT_FLOAT") in default
 
 
 def test_tflite_int8_translates_within_tolerance_of_float(int8_exports, float_baseline):
     from export.tflite import TFLiteTranslator
 
-    _, paths = int8_exports
+    path = tflite_paths(int8_exports)
     sources, references, float_bleu = float_baseline
-    translator = TFLiteTranslator(os.path.join(paths["tflite"], TFLiteExporter.MODEL_FILE))
+    translator = TFLiteTranslator(os.path.join(path, TFLiteExporter.MODEL_FILE))
     int8_out = [t for i in range(0, len(sources), 32) for t in translator.translate(sources[i : i + 32])[0]]
     assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
-    ops = open(os.path.join(paths["tflite"], TFLiteExporter.OPS_FILE), encoding="utf-8").read().split()
+    ops = open(os.path.join(path, TFLiteExporter.OPS_FILE), encoding="utf-8").read().split()
     assert not any(op.startswith("Flex") for op in ops)
 
 
@@ -110,9 +159,9 @@ def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports):
     """TFLite's dynamic-range weights: one scale per output row, codes equal to eq. 12 in NumPy."""
     from export.tflite import int8_weight_tensors
 
-    model_dir, paths = int8_exports
+    model_dir, _ = int8_exports
     model, _, _ = load_model_dir(model_dir)
-    with open(os.path.join(paths["tflite"], TFLiteExporter.MODEL_FILE), "rb") as handle:
+    with open(os.path.join(tflite_paths(int8_exports), TFLiteExporter.MODEL_FILE), "rb") as handle:
         tensors = int8_weight_tensors(handle.read())
     lstm = [v for v in model.variables if v.name.endswith(("/kernel:0", "/recurrent_kernel:0"))]
     lstm = [v for v in lstm if "attention" not in v.name and v.shape.num_elements() >= 1024]
