@@ -463,7 +463,7 @@ def test_python_api_page_runs(trained_number_model, tmp_path, monkeypatch):
     model_dir, _ = trained_number_model
     monkeypatch.chdir(tmp_path)
     blocks = code_blocks(os.path.join(ROOT, "docs", "python_api.md"), "python")
-    assert len(blocks) == 3, "a new block of docs/python_api.md needs its checks here"
+    assert len(blocks) == 4, "a new block of docs/python_api.md needs its checks here"
     blocks = [block.replace('"runs/en-fr"', repr(model_dir)) for block in blocks]
 
     # Building and training with Keras: fit lowers the loss; one decoding step gives what teacher
@@ -493,10 +493,17 @@ def test_python_api_page_runs(trained_number_model, tmp_path, monkeypatch):
     assert 1 <= len(namespace["nbest"]) <= 4
 
     # int8 inference: the same translation from int8 weights, and a smaller model.
-    namespace, printed, _ = run_python_block(blocks[2], "docs/python_api.md")
+    namespace, printed, _ = run_python_block(blocks[3], "docs/python_api.md")
     translation, sizes = printed.splitlines()
     assert translation == str(["trois un quatre"])
     sizes = ast.literal_eval(sizes)
     assert set(sizes) == {"int8_bytes", "float32_bytes"} and 0 < sizes["int8_bytes"] < sizes["float32_bytes"]
     float_bytes = sum(v.numpy().nbytes for v in namespace["model"].variables)
     assert sizes["float32_bytes"] == float_bytes
+
+    # Scoring: the search's own best translation scores what the search reported.
+    namespace, printed, _ = run_python_block(blocks[2], "docs/python_api.md")
+    searched_log_prob, scored_log_prob, searched_score, scored_score = map(float, printed.split())
+    assert namespace["best"][0].text == "trois un quatre" and searched_log_prob < 0
+    assert scored_log_prob == pytest.approx(searched_log_prob, abs=1e-4)
+    assert scored_score == pytest.approx(searched_score, abs=1e-4)
