@@ -163,6 +163,8 @@ RUN_HERE = sorted({c.key for c in COMMANDS} - set(PARSE_ONLY) - set(FRAGMENTS))
 # The sentences the docs' examples use, in the number model's language.
 STAND_INS = {"Open the file": "three one four", "Save as...": "nine eight"}
 IN_TXT = ["three one four", "", "nine", "two five eight nine", "seven six"]
+# pairs.tsv for python -m gnmt_tf.score: right translations, a wrong one, an empty source.
+PAIRS_TSV = [("three one four", "trois un quatre"), ("nine", "huit"), ("", "un"), ("seven six", "sept six")]
 
 
 def french(sentence):
@@ -219,7 +221,7 @@ def test_documented_scripts_exist():
 class DocsWorld:
     """The places the documented commands name, laid out under a temporary directory."""
 
-    PLACES = ("runs/", "in.txt", "out.txt", "pictures/", "serving_models/", "tflite_models/")
+    PLACES = ("runs/", "in.txt", "out.txt", "pairs.tsv", "pictures/", "serving_models/", "tflite_models/")
 
     def __init__(self, root, model_dir, served_base):
         self.root = str(root)
@@ -227,6 +229,8 @@ class DocsWorld:
         shutil.copytree(model_dir, self.model_dir)
         with open(self.path("in.txt"), "w", encoding="utf-8") as handle:
             handle.writelines(line + "\n" for line in IN_TXT)
+        with open(self.path("pairs.tsv"), "w", encoding="utf-8") as handle:
+            handle.writelines(f"{source}\t{target}\n" for source, target in PAIRS_TSV)
         self.served_base = served_base
         self.rest_port = free_port()
 
@@ -324,6 +328,19 @@ def check_evaluate(command, result, world):
     assert report["signature"].startswith("nrefs:1") and report["beam_width"] == 4  # the tiny config's
 
 
+def check_score(command, result, world):
+    """One line per pair, in order: an empty source gets an empty line; the right translation of
+    a sentence scores above a wrong one of comparable length; log P <= 0; lengths count EOS."""
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(PAIRS_TSV) and lines[2] == "", result.stdout
+    (score_right, log_right, length_right), (score_wrong, log_wrong, _), _, (_, _, length_two) = [
+        tuple(map(float, line.split("\t"))) if line else None for line in lines
+    ]
+    assert log_right < 0 and log_wrong < log_right and score_wrong < score_right
+    assert length_right >= 4 and length_two >= 3  # at least a piece per word, plus EOS
+    assert f"scored {len(PAIRS_TSV)} pairs" in result.stderr
+
+
 def check_export(command, result, world):
     output = command.args[command.args.index("--output") + 1]
     version = os.path.join(world.path(output), "1")
@@ -380,7 +397,7 @@ def check_client(command, result, world):
 CHECKS = {
     "gnmt_tf.translate": check_translate, "gnmt_tf.evaluate": check_evaluate, "export": check_export,
     "gnmt_tf.average": check_average, "gnmt_tf.report": check_report, "gnmt_tf.train": check_help,
-    "serving.server": check_help, "serving.client": check_client,
+    "serving.server": check_help, "serving.client": check_client, "gnmt_tf.score": check_score,
 }
 
 
