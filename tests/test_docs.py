@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import pytest
 
-from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, run_side_by_side
+from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, run_in_process, run_side_by_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -152,6 +152,12 @@ PARSE_ONLY = {
         "the same command line is run by tests/export/test_export_int8.py (int8_exports), a minute of exporting",
     "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite --quantize int8":
         "the same command line is run by tests/export/test_export_int8.py (int8_exports), a minute of exporting",
+    "export --model-dir runs/en-fr --output serving_models/gnmt --format saved_model":
+        "a SavedModel export: tests/cli/test_export_cli.py runs this command line (and its --beam-width and "
+        "--xla variants) and checks what the artifacts translate",
+    "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite":
+        "a TFLite conversion: tests/export/test_export_saved_model.py runs this command line and translates "
+        "with the result",
     "serving.server --model_name gnmt --model_base_path $PWD/serving_models/gnmt":
         "docs/serving.md's server command, which runs here, with the ports 8500 and 8501 that may be taken "
         "on a shared machine",
@@ -341,23 +347,6 @@ def check_score(command, result, world):
     assert f"scored {len(PAIRS_TSV)} pairs" in result.stderr
 
 
-def check_export(command, result, world):
-    output = command.args[command.args.index("--output") + 1]
-    version = os.path.join(world.path(output), "1")
-    assert f"exported {version}" in result.stdout and "checked: " in result.stdout
-    assert sorted(os.listdir(world.path(output))) == ["1"]  # no staging directory left
-    format_name = command.args[command.args.index("--format") + 1]
-    if format_name == "saved_model":
-        assert os.path.exists(os.path.join(version, "saved_model.pb"))  # translated by README's Python block
-    else:
-        from export.tflite import TFLiteTranslator
-
-        ops = open(os.path.join(version, "translator.ops.txt"), encoding="utf-8").read().split()
-        assert ops and not any(op.startswith("Flex") for op in ops)
-        translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(IN_TXT)
-        assert translations == [french(source) for source in IN_TXT]
-
-
 def check_average(command, result, world):
     from gnmt_tf import model_dir as layout
 
@@ -395,7 +384,7 @@ def check_client(command, result, world):
 
 
 CHECKS = {
-    "gnmt_tf.translate": check_translate, "gnmt_tf.evaluate": check_evaluate, "export": check_export,
+    "gnmt_tf.translate": check_translate, "gnmt_tf.evaluate": check_evaluate,
     "gnmt_tf.average": check_average, "gnmt_tf.report": check_report, "gnmt_tf.train": check_help,
     "serving.server": check_help, "serving.client": check_client, "gnmt_tf.score": check_score,
 }
@@ -430,10 +419,15 @@ def test_documented_commands_run(trained_number_model, exported_number_model, tm
     clients = [c for c in commands if c.module == "serving.client"]
     others = [c for c in commands if c not in clients and c is not server_command]
 
+    # gnmt_tf's own commands run in this process (main(args): the command's whole work, without
+    # another TensorFlow start); the server, its clients and the --help runs as processes.
+    in_process = [c for c in others if c.module.startswith("gnmt_tf.") and "--help" not in c.args]
+    processes = [c for c in others if c not in in_process]
     server = ServerProcess(world.argv(server_command)[3:], watchdog_seconds=600)
     try:
-        results = dict(zip(others, run_side_by_side(*[(world.argv(c), world.stdin(c)) for c in others],
-                                                    env=ENV, timeout=600)))
+        results = dict(zip(processes, run_side_by_side(*[(world.argv(c), world.stdin(c)) for c in processes],
+                                                       env=ENV, timeout=600)))
+        results.update((c, run_in_process(world.argv(c), world.stdin(c))) for c in in_process)
         server.wait_until_serving()
         results.update(zip(clients, run_side_by_side(
             *[(world.argv(c, grpc_port=server.grpc_port), world.stdin(c)) for c in clients], env=ENV, timeout=300)))
@@ -445,9 +439,9 @@ def test_documented_commands_run(trained_number_model, exported_number_model, tm
         assert "Traceback" not in result.stderr, (command.key, result.stderr[-3000:])
         CHECKS[command.module](command, result, world)
 
-    # README's Python block loads what the documented export wrote.
+    # README's Python block loads what the documented export writes (the session's export of the model).
     [block] = code_blocks(os.path.join(ROOT, "README.md"), "python")
-    block = block.replace('"serving_models/gnmt/1"', repr(world.path("serving_models/gnmt/1")))
+    block = block.replace('"serving_models/gnmt/1"', repr(os.path.join(world.served_base, "1")))
     _, _, value = run_python_block(block, "README.md")
     assert [text.decode() for text in value["translations"].numpy()] == ["trois un quatre"]
     assert value["scores"].shape == (1,) and float(value["scores"][0]) < 0

@@ -11,15 +11,14 @@ from matplotlib.image import imread
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf import plots
+from helpers import ROOT, run_in_process
 from gnmt_tf.inference.translator import Translator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 MARK = "\u2581"  # the wordpieces' word-beginning mark
 
 
 def run(args, stdin=None):
-    return subprocess.run([sys.executable, *args], input=stdin, env=ENV, capture_output=True, text=True, timeout=300)
+    return run_in_process([sys.executable, *args], stdin)
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +164,11 @@ def test_attention_figure_labels_and_errors(tmp_path):
     with pytest.raises(NotADirectoryError):
         plots.write_attention_pictures([[]], str(tmp_path / "file"))
     # Drawing needs neither pyplot (the user's backend stays untouched) nor TensorFlow.
-    probe = run(["-c", "import sys, gnmt_tf.plots; assert 'matplotlib.pyplot' not in sys.modules, 'pyplot'; "
-                       "assert 'tensorflow' not in sys.modules, 'tensorflow'"])
+    probe = subprocess.run(  # a fresh interpreter: what a plain import loads
+        [sys.executable, "-c", "import sys, gnmt_tf.plots; assert 'matplotlib.pyplot' not in sys.modules, 'pyplot'; "
+         "assert 'tensorflow' not in sys.modules, 'tensorflow'"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
 
 

@@ -5,9 +5,8 @@ import sys
 
 import pytest
 import sacrebleu
-from helpers import ROOT, run_side_by_side
+from helpers import run_each_in_process
 
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def read_pairs(path):
@@ -22,12 +21,11 @@ def test_hypotheses_file_holds_the_translations_the_printed_bleu_scores(trained_
     sources, references = [source for source, _ in pairs], [target for _, target in pairs]
     (tmp_path / "sources.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
     hypotheses = tmp_path / "hypotheses.txt"
-    evaluate, translate = run_side_by_side(
+    evaluate, translate = run_each_in_process(
         ([sys.executable, "-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", test,
           "--hypotheses", str(hypotheses)], None),
         ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(tmp_path / "sources.txt")],
-         None),
-        env=ENV, timeout=300)
+         None))
     for result in (evaluate, translate):
         assert result.returncode == 0, result.stderr[-2000:]
 

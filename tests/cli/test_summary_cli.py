@@ -1,15 +1,13 @@
 """python -m gnmt_tf.summary: the parameter count it prints is the config's, counted by hand; its errors."""
 
-import os
 import re
 import sys
 
 import pytest
-from helpers import ROOT, run_side_by_side
+from helpers import run_each_in_process
 
 from gnmt_tf.config import load_config
 
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def parameters_by_hand(model):
@@ -70,7 +68,7 @@ def summary_args(config, overrides):
 
 def test_printed_parameter_count_is_the_count_by_hand():
     commands = [([sys.executable, "-m", "gnmt_tf.summary", *summary_args(*case)], None) for case in CASES.values()]
-    results = dict(zip(CASES, run_side_by_side(*commands, env=ENV, timeout=300)))
+    results = dict(zip(CASES, run_each_in_process(*commands)))
     for name, result in results.items():
         assert result.returncode == 0, (name, result.stderr[-2000:])
         config, overrides = CASES[name]

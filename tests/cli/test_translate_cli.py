@@ -13,12 +13,11 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, run_side_by_side
+from helpers import run_each_in_process
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SWAPPED = ("\u2581un", "\u2581six")
 LONG_LINES = ["one two three four", "nine", "seven six five four three", ""]
 
@@ -83,8 +82,7 @@ def runs(two_checkpoints):
         "best": ([*translate, "--checkpoint", "best"], SENTENCES + kept),
         "default": ([*translate, "--max-input-length", "3"], SENTENCES + LONG_LINES),
     }
-    results = run_side_by_side(*[(argv, "\n".join(lines) + "\n") for argv, lines in cases.values()],
-                               env=ENV, timeout=300)
+    results = run_each_in_process(*[(argv, "\n".join(lines) + "\n") for argv, lines in cases.values()])
     for name, result in zip(cases, results):
         assert result.returncode == 0, (name, result.stderr[-2000:])
     return {name: result.stdout.split("\n")[:-1] for name, result in zip(cases, results)}, results[2].stderr, kept

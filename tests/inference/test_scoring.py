@@ -1,6 +1,5 @@
 """Scoring given translations (forced decoding) through the Translator and python -m gnmt_tf.score."""
 
-import subprocess
 import sys
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 from gnmt_tf import model_dir as layout
 from gnmt_tf.cli import score as score_cli
 from gnmt_tf.inference.translator import Translator
-from helpers import ROOT
+from helpers import run_in_process
 
 SOURCES = ["three one four", "nine nine", "zero five two eight six"]
 
@@ -55,9 +54,9 @@ def test_empty_sides_score_nothing_and_lengths_must_match(translator):
 def test_score_cli_writes_one_line_per_pair(trained_number_model, translator, tmp_path):
     model_dir, _ = trained_number_model
     pairs = [("three one four", "trois un quatre"), ("", "un"), ("nine nine", "neuf")]
-    result = subprocess.run(
+    result = run_in_process(
         [sys.executable, "-m", "gnmt_tf.score", "--model-dir", model_dir, "--alpha", "0.3"],
-        input="".join(f"{s}\t{t}\n" for s, t in pairs), capture_output=True, text=True, cwd=ROOT, timeout=600,
+        "".join(f"{s}\t{t}\n" for s, t in pairs),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()

@@ -1,7 +1,6 @@
 """The Translator API and the translate / evaluate command lines, on a model that really translates."""
 
 import json
-import os
 import sys
 
 import numpy as np
@@ -9,9 +8,8 @@ import pytest
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.inference.translator import Translator
-from helpers import ROOT, run_side_by_side
+from helpers import run_each_in_process
 
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +59,11 @@ def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_pat
     model_dir, _ = trained_number_model
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("zero\nsix seven\n", encoding="utf-8")
-    result, nbest = run_side_by_side(
+    result, nbest = run_each_in_process(
         ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--beam-width", "3"],
          "one two\n\nfive five five\nnine\n"),
         ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(source),
           "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "inf"], None),
-        env=ENV,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\n"
@@ -85,7 +82,7 @@ def test_translate_cli_errors(tmp_path, capsys):
 def test_evaluate_cli_reports_bleu_and_speed(trained_number_model):
     model_dir, result = trained_number_model
     evaluate = [sys.executable, "-m", "gnmt_tf.evaluate", "--model-dir", model_dir, "--test", f"{model_dir}/test.tsv"]
-    out, text = run_side_by_side((evaluate + ["--json"], None), (evaluate, None), env=ENV)
+    out, text = run_each_in_process((evaluate + ["--json"], None), (evaluate, None))
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["bleu"] > 70 and report["signature"].startswith("nrefs:1")
