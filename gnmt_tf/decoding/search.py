@@ -31,6 +31,9 @@ A strategy (:class:`DecodingStrategy`; OpenNMT-tf's ``DecodingStrategy``, keras-
 A sentence may be searched several times independently (``searches_per_sentence``:
 RL's samples); search ``b * n + k`` is the k-th search of sentence b. A search has
 ``rows_per_search`` decoder rows (the beam width); rows of one search are adjacent.
+A part of the decoder state whose type says ``one_row_per_search`` (the attention
+memory) is shared by a search's rows: it is repeated per search, not per row, and
+gathered only when searches end (:func:`map_rows`).
 
 What a strategy keeps is split in two nests of tensors:
 
@@ -128,6 +131,20 @@ def output_length_limits(source_mask, max_length_ratio) -> tf.Tensor:
     return tf.maximum(tf.cast(limits, tf.int32), 1)
 
 
+def map_rows(nest, per_row: Callable, per_search: Callable):
+    """``nest`` with ``per_search`` applied to the tensors of its parts that have one row per
+    search (their type's ``one_row_per_search`` is true) and ``per_row`` to all others."""
+    if getattr(type(nest), "one_row_per_search", False):
+        return tf.nest.map_structure(per_search, nest)
+    if isinstance(nest, tuple) and hasattr(nest, "_fields"):
+        return type(nest)(*(map_rows(part, per_row, per_search) for part in nest))
+    if isinstance(nest, (tuple, list)):
+        return type(nest)(map_rows(part, per_row, per_search) for part in nest)
+    if isinstance(nest, dict):
+        return {key: map_rows(part, per_row, per_search) for key, part in nest.items()}
+    return per_row(nest)
+
+
 def repeat_rows(nest, times: int):
     """Every tensor of ``nest`` [batch, ...] -> [batch * times, ...], each row's copies adjacent."""
 
@@ -185,7 +202,8 @@ def decode(
         step=tf.constant(0),
         active=tf.range(searches),
         tokens=tf.fill([searches * width], BOS_ID),
-        decoder_state=repeat_rows(initial_state, copies * width),
+        decoder_state=map_rows(initial_state, lambda s: repeat_rows(s, copies * width),
+                               lambda s: repeat_rows(s, copies)),
         live=live,
         results=results,
     )
@@ -225,7 +243,7 @@ def decode(
             return (
                 tf.gather(state.active, keep),
                 tf.reshape(tf.gather(output.tokens, keep), [-1]),
-                tf.nest.map_structure(lambda s: tf.gather(s, keep_rows), decoder_state),
+                map_rows(decoder_state, lambda s: tf.gather(s, keep_rows), lambda s: tf.gather(s, keep)),
                 tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
             )
 

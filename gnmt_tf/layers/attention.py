@@ -26,11 +26,25 @@ _MASKED_SCORE = -1e9
 
 
 class AttentionMemory(NamedTuple):
-    """What the decoder attends to, prepared once per source sentence."""
+    """What the decoder attends to, prepared once per source sentence.
+
+    In a search every hypothesis of a sentence attends to the same memory, so the search
+    keeps one row of it per search rather than a copy per beam row
+    (``one_row_per_search``, read by :func:`gnmt_tf.decoding.search.decode`): nothing of
+    it is tiled over the beam or gathered when the beam is reordered (Devlin 2017:
+    merge what is identical across the beam).
+    """
+
+    one_row_per_search = True  # a class attribute, not a field
 
     keys: tf.Tensor  # [batch, src, attention_units]: W_k x_t + b
     values: tf.Tensor  # [batch, src, encoder_units]: the top encoder outputs x_t
     mask: tf.Tensor  # [batch, src] bool: True at real (non-padding) positions
+
+
+def _last_size(tensor: tf.Tensor):
+    """The last dimension, static when known (keeps shapes static for the layers above)."""
+    return tensor.shape[-1] if tensor.shape[-1] is not None else tf.shape(tensor)[-1]
 
 
 @keras.saving.register_keras_serializable(package="gnmt_tf")
@@ -73,9 +87,15 @@ class AdditiveAttention(keras.layers.Layer):
         return contexts, probs
 
     def attend_step(self, query: tf.Tensor, memory: AttentionMemory) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`attend` for a single query per sentence [batch, query_dim]."""
-        contexts, probs = self.attend(tf.expand_dims(query, 1), memory)
-        return tf.squeeze(contexts, 1), tf.squeeze(probs, 1)
+        """:meth:`attend` for one query per row [rows, query_dim] -> ([rows, value_dim], [rows, src]).
+
+        ``rows`` is a multiple of the memory's batch: consecutive rows share a memory row
+        (a search's beam hypotheses; one row each outside a search). They are attended
+        as one sentence's several queries, the way :meth:`attend` treats target positions.
+        """
+        queries = tf.reshape(query, [tf.shape(memory.keys)[0], -1, _last_size(query)])
+        contexts, probs = self.attend(queries, memory)
+        return tf.reshape(contexts, [-1, _last_size(contexts)]), tf.reshape(probs, [-1, _last_size(probs)])
 
     def get_config(self):
         config = super().get_config()
