@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="saved_model: compile the decoding step with XLA (faster for large models; TF Serving then "
         "needs --xla_cpu_compilation_enabled)",
     )
+    parser.add_argument(
+        "--target-input-table", action=argparse.BooleanOptionalAction, default=None,
+        help="store the bottom decoder layer's input projection of every target wordpiece, so that each "
+        "decoding step gathers a row instead of a product (faster; the table adds vocabulary x 4 x units "
+        "numbers to the artifact). Default: on for saved_model, off for tflite",
+    )
     add_verbose_argument(parser)
     return parser
 
@@ -69,7 +75,7 @@ def main(argv=None) -> int:
         model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
         beam_width=args.beam_width, verify_sentences=args.verify_sentences, quantize=args.quantize,
         int8_products=args.int8_products, xla=args.xla, bleu_tolerance=args.bleu_tolerance,
-        bleu_sentences=args.bleu_sentences,
+        bleu_sentences=args.bleu_sentences, target_input_table=args.target_input_table,
     )
     try:
         validate_request(request, args.format)

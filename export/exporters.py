@@ -56,6 +56,7 @@ class ExportRequest:
     quantize: str = "none"  # or "int8"
     int8_products: str = "float"  # saved_model int8: "float" (dequantized once) or "int8"
     xla: bool = False  # saved_model: compile the decoding step with XLA
+    target_input_table: Optional[bool] = None  # precomputed bottom-layer input projection (None: the format's default)
     bleu_tolerance: float = 0.5  # int8: largest dev BLEU drop accepted
     bleu_sentences: int = 500  # int8: dev sentences the BLEU check translates
     log: Callable[[str], None] = print
@@ -90,13 +91,22 @@ class Exporter:
     """Writes one artifact format into a directory and translates with it to check it."""
 
     format_name = ""
+    # Whether a step gathers the bottom decoder layer's input projection from a table by default
+    # (Devlin 2017): faster, but the table (vocabulary x 4 units) makes the artifact larger.
+    default_target_input_table = False
 
     def __init__(self, request: ExportRequest):
         self.request = request
 
+    @property
+    def target_input_table(self) -> bool:
+        if self.request.target_input_table is not None:
+            return self.request.target_input_table
+        return self.default_target_input_table
+
     def module(self, model, tokenizer, decoding) -> TranslatorModule:
         """The translator module this format converts."""
-        return TranslatorModule(model, tokenizer, decoding)
+        return TranslatorModule(model, tokenizer, decoding, precompute_target_inputs=self.target_input_table)
 
     def write(self, translator: TranslatorModule, directory: str) -> None:
         raise NotImplementedError
@@ -114,12 +124,14 @@ class SavedModelExporter(Exporter):
     """
 
     format_name = "saved_model"
+    default_target_input_table = True  # servers: speed over size
 
     def module(self, model, tokenizer, decoding):
         from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
-        return TranslatorModule(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla)
+        return TranslatorModule(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla,
+                                precompute_target_inputs=self.target_input_table)
 
     def write(self, translator, directory):
         from export.warmup import translator_warmup_requests, write_warmup_requests
@@ -249,7 +261,8 @@ def _check_identical(request, exporter, staging, model, tokenizer, decoding) -> 
     from gnmt_tf.inference.translator import Translator
 
     sentences = verification_sentences(request.model_dir, request.verify_sentences)
-    expected = Translator(model, tokenizer, decoding).translate(sentences)
+    expected = Translator(model, tokenizer, decoding,
+                          precompute_target_inputs=exporter.target_input_table).translate(sentences)
     got = exporter.translate(staging, sentences)
     mismatches = [(s, e, g) for s, e, g in zip(sentences, expected, got) if e != g]
     if mismatches:

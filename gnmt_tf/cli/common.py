@@ -102,8 +102,9 @@ def load_translator(args):
     from gnmt_tf.model_dir import load_model_dir
 
     model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
-    translator = Translator(
-        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length
+    translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
+        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length,
+        precompute_target_inputs=True,
     )
     return translator, config
 

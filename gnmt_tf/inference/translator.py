@@ -36,6 +36,7 @@ Defined behaviour at the edges: an empty (or all-whitespace) sentence translates
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -64,6 +65,11 @@ class TranslatorModule(tf.Module):
             weights kept in float, so a SavedModel of it stores int8.
         jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
             a TF Serving binary then needs ``--xla_cpu_compilation_enabled``.
+        precompute_target_inputs: compute the bottom decoder layer's input projection of
+            every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`; in int8
+            with ``int8_weights``) so that each step gathers a row instead of a product
+            (Devlin 2017). A snapshot of the weights: only for a model that will not change
+            (an export, a loaded checkpoint), not for one still training.
 
     Functions (the SavedModel signatures):
 
@@ -78,7 +84,8 @@ class TranslatorModule(tf.Module):
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
-                 int8_weights=None, jit_step: bool = False, name: Optional[str] = None):
+                 int8_weights=None, jit_step: bool = False, precompute_target_inputs: bool = False,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
         # run Keras' own (legacy) model serialization, which the functions below do not need.
@@ -89,6 +96,12 @@ class TranslatorModule(tf.Module):
             self.model_variables = int8_weights.kept_float_variables()
         self.int8_weights = int8_weights
         self.jit_step = jit_step
+        self.target_input_rows = None  # token ids -> precomputed rows, when precomputed
+        if precompute_target_inputs:
+            with self._weights():
+                table = model.target_input_table()
+            self.target_input_rows = (int8_weights.quantized_rows(table) if int8_weights is not None
+                                      else StoredRows(table))
         self.tokenizer = tokenizer
         object.__setattr__(self, "decoding", decoding)
         self.beam_width = decoding.beam_width
@@ -135,13 +148,21 @@ class TranslatorModule(tf.Module):
         ``time_loop``: how the encoder iterates time (:mod:`gnmt_tf.layers.recurrence`; the
         TFLite exporter passes its own).
         """
-        scope = (self.model.transformed_weights(self.int8_weights) if self.int8_weights is not None
-                 else contextlib.nullcontext())  # else: whatever scope the caller traces in
-        with scope:
+        with self._weights():
             memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
-            step = tf.function(self.model.step, jit_compile=True) if self.jit_step else self.model.step
+            step = self.model.step
+            if self.target_input_rows is not None:
+                step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
+            if self.jit_step:
+                step = tf.function(step, jit_compile=True)
             return decode(step, self.model.initial_state(memory), memory.mask, strategy,
                           max_length_ratio=self.decoding.max_length_ratio)
+
+    def _weights(self):
+        """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
+        if self.int8_weights is not None:
+            return self.model.transformed_weights(self.int8_weights)
+        return contextlib.nullcontext()
 
     def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
                     return_attention: bool, time_loop=None):
@@ -267,6 +288,17 @@ class TranslatorModule(tf.Module):
             score, input_signature=[SOURCE_IDS, SOURCE_IDS, SCALAR, SCALAR]))
 
 
+class StoredRows(tf.Module):
+    """A float table kept as a variable; called with ids, it gives their rows."""
+
+    def __init__(self, table, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.table = tf.Variable(table, trainable=False, name="table")
+
+    def __call__(self, ids) -> tf.Tensor:
+        return tf.gather(self.table, ids)
+
+
 class Translation(NamedTuple):
     """One hypothesis of an n-best list."""
 
@@ -300,6 +332,9 @@ class Translator:
         batch_size: sentences decoded together (sorted by length first, as section 7 does).
         max_input_length: wordpieces per source sentence, EOS excluded.
         truncate_long_inputs: truncate longer sentences (True) or raise ValueError (False).
+        precompute_target_inputs: gather the bottom decoder layer's input projection from a
+            table computed now (see :class:`TranslatorModule`); only for a model whose weights
+            will not change while this translator is used.
 
     Attributes:
         module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
@@ -310,8 +345,10 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
-                 max_input_length: int = 250, truncate_long_inputs: bool = True):
-        self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length)
+                 max_input_length: int = 250, truncate_long_inputs: bool = True,
+                 precompute_target_inputs: bool = False):
+        self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length,
+                                       precompute_target_inputs=precompute_target_inputs)
         self.batch_size = batch_size
         self.truncate_long_inputs = truncate_long_inputs
         self.truncated = 0

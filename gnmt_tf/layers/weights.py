@@ -21,7 +21,7 @@ scope keeps that transform, one traced outside uses float weights.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 
@@ -36,15 +36,29 @@ def matmul(x: tf.Tensor, kernel) -> tf.Tensor:
 class WeightTransform:
     """The float weights as they are; subclasses replace some of them.
 
-    Subclasses override :meth:`product` and :meth:`lookup` for the weights they
-    replace and defer to this class for the others. :meth:`enter` and :meth:`exit`
+    Subclasses override :meth:`float_kernel` (float products with other values) or
+    :meth:`product` and :meth:`partial_product` (other products), and :meth:`lookup`,
+    for the weights they replace, and defer to this class for the others. :meth:`enter` and :meth:`exit`
     run when a :class:`WeightReader` starts and stops using the transform, in the
     graph being traced (e.g. to dequantize once per call rather than once per step).
     """
 
+    def float_kernel(self, kernel: tf.Variable) -> tf.Tensor:
+        """The float values a product with ``kernel`` uses (a transform with float products replaces this)."""
+        return kernel
+
     def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
         """``x @ kernel``."""
-        return matmul(x, kernel)
+        return matmul(x, self.float_kernel(kernel))
+
+    def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
+        """``x -> x @ kernel[rows]``, for an ``x`` that is that slice of the kernel's input.
+
+        The slice is taken here, once: call this outside a loop and the product inside
+        (a slice of a variable is a copy, which no graph optimizer hoists out of a loop).
+        """
+        part = self.float_kernel(kernel)[rows]
+        return lambda x: matmul(x, part)
 
     def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
         """Rows ``ids`` of the embedding ``table``."""
@@ -78,6 +92,10 @@ class WeightReader:
     def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
         """``x @ kernel`` under the current transform."""
         return self._transform.product(x, kernel)
+
+    def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
+        """``x -> x @ kernel[rows]`` under the current transform (see :meth:`WeightTransform.partial_product`)."""
+        return self._transform.partial_product(kernel, rows)
 
     def dense(self, layer, x: tf.Tensor) -> tf.Tensor:
         """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform."""

@@ -17,11 +17,16 @@ Two paths share all of this math:
   layer and the attention run together, one :meth:`GNMTDecoder.feed_bottom_step`
   per time step.
 * :meth:`GNMTDecoder.step`: one token per sentence, for beam search and sampling.
+
+Decoding can skip the product of the embedded token with the bottom layer's input
+kernel (Devlin 2017, section 4): that product depends on the token alone, so
+:meth:`GNMTDecoder.target_input_table` computes it once for every vocabulary entry
+and a step gathers its row (:class:`TargetInputProjection`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -45,6 +50,22 @@ class DecoderState(NamedTuple):
     layers: Tuple[LSTMState, ...]  # (c, m) for decoder layers 1..N
     context: tf.Tensor  # [batch, encoder_width]: the last attention context
     memory: AttentionMemory  # the encoded source sentence
+
+
+class TargetInputProjection(NamedTuple):
+    """The bottom layer's input projection in a step that reads it from a precomputed table.
+
+    Made per search, before the loop (:meth:`GNMTDecoder.target_input_projection`).
+    """
+
+    token_rows: Callable[[tf.Tensor], tf.Tensor]  # token ids [rows] -> table rows [rows, 4 units] (bias included)
+    context_product: Optional[Callable[[tf.Tensor], tf.Tensor]]  # context -> its share of the projection
+
+    def __call__(self, token_ids: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
+        projected = self.token_rows(token_ids)
+        if self.context_product is not None:  # input feeding: [e; c] W = e W_e + c W_c
+            projected = projected + self.context_product(previous_context)
+        return projected
 
 
 class GNMTDecoder(keras.layers.Layer):
@@ -93,7 +114,7 @@ class GNMTDecoder(keras.layers.Layer):
         )
 
     def build(self, input_shape):
-        embedding_dim = int(input_shape[-1])
+        embedding_dim = self.embedding_dim = int(input_shape[-1])
         bottom_input = embedding_dim + (self.encoder_width if self.config.input_feeding else 0)
         build_sublayer(self.bottom_cell, (None, bottom_input), self.devices[0])
         with device_scope(self.attention_device):
@@ -114,6 +135,25 @@ class GNMTDecoder(keras.layers.Layer):
         if self.config.input_feeding:
             return tf.concat([embedded, previous_context], axis=-1)
         return embedded
+
+    def target_input_table(self, embeddings: tf.Tensor) -> tf.Tensor:
+        """The bottom layer's input projection of each embedding [V, E] (the bias included): [V, 4 units].
+
+        Computed through the weight transform of the scope it is called in.
+        """
+        projected = self.weight_reader.partial_product(self.bottom_cell.kernel, slice(0, self.embedding_dim))(embeddings)
+        return projected + self.bottom_cell.bias if self.bottom_cell.bias is not None else projected
+
+    def target_input_projection(self, token_rows: Callable[[tf.Tensor], tf.Tensor]) -> TargetInputProjection:
+        """A step's input projection from ``token_rows`` (rows of :meth:`target_input_table`'s table).
+
+        Call it outside the decoding loop: the kernel's context rows are sliced here, once.
+        """
+        context_product = None
+        if self.config.input_feeding:
+            context_product = self.weight_reader.partial_product(
+                self.bottom_cell.kernel, slice(self.embedding_dim, None))
+        return TargetInputProjection(token_rows, context_product)
 
     def feed_bottom_step(self, x_t: tf.Tensor, state, memory: AttentionMemory):
         """Input feeding, one time step: the bottom layer reads x_t and the previous context, then attends.
@@ -157,12 +197,16 @@ class GNMTDecoder(keras.layers.Layer):
         context = tf.zeros([batch, self.encoder_width], dtype=dtype)
         return DecoderState(layers=layers, context=context, memory=memory)
 
-    def step(self, state: DecoderState, embedded: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
-        """One token per sentence: embedded [B, E] -> (logits [B, V], probs [B, S], new state)."""
-        bottom_input = self.bottom_input(embedded, state.context)
-        bottom, bottom_state = self.bottom_cell.recur(
-            self.bottom_cell.project_inputs(bottom_input), state.layers[0]
-        )
+    def step(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
+             projected: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+        """One token per sentence -> (logits [B, V], probs [B, S], new state).
+
+        The token comes as ``embedded`` [B, E], or as ``projected`` [B, 4 units]: the bottom
+        layer's input projection already made (:class:`TargetInputProjection`).
+        """
+        if projected is None:
+            projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context))
+        bottom, bottom_state = self.bottom_cell.recur(projected, state.layers[0])
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
         new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)

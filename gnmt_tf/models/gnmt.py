@@ -25,7 +25,7 @@ import tf_keras as keras
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.layers.cell import uniform_initializer
 from gnmt_tf.config import ModelConfig, model_config_from_dict
-from gnmt_tf.models.decoder import DecoderState, GNMTDecoder
+from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, TargetInputProjection
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
 from gnmt_tf.layers.weights import WeightReader, WeightTransform
@@ -240,9 +240,32 @@ class GNMT(keras.Model):
         """The decoder state before the first target token (zeros, plus the memory)."""
         return self.decoder.initial_state(memory)
 
-    def step(self, state: DecoderState, token_ids) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
-        """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state)."""
-        return self.decoder.step(state, self.embed_target(token_ids))
+    def step(self, state: DecoderState, token_ids,
+             target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+        """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
+
+        ``target_inputs``: read the bottom layer's input projection of the tokens from a
+        precomputed table (:meth:`target_input_projection`) instead of embedding them.
+        """
+        if target_inputs is None:
+            return self.decoder.step(state, self.embed_target(token_ids))
+        return self.decoder.step(state, projected=target_inputs(token_ids, state.context))
+
+    def target_input_table(self) -> tf.Tensor:
+        """The bottom decoder layer's input projection of every target token: [V, 4 units] (Devlin 2017).
+
+        What a step would compute from the token's embedding, computed once, through the
+        weight transform of the scope it is called in. A snapshot: it does not follow
+        later changes of the weights.
+        """
+        all_tokens = tf.range(self.model_config.vocab_size)
+        return self.decoder.target_input_table(self.embed_target(all_tokens))
+
+    def target_input_projection(self, token_rows) -> TargetInputProjection:
+        """What :meth:`step` takes as ``target_inputs``, given ``token_rows``: ids -> rows of
+        :meth:`target_input_table`'s table (e.g. ``lambda ids: tf.gather(table, ids)``).
+        Make it outside the decoding loop."""
+        return self.decoder.target_input_projection(token_rows)
 
     def embed_source(self, source_ids) -> tf.Tensor:
         """Source embeddings of ids [batch, ...], read through the model's weight transform."""

@@ -33,7 +33,7 @@ stand for (``dequantize(quantize(W))``), to measure what the rounding alone cost
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -110,13 +110,25 @@ class Int8Weights(WeightTransform, tf.Module):
             return matmul(x, kernel)
         return quantization.int8_matmul(x, *parts)
 
+    def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
+        if self._dequantized is not None and kernel.ref() in self._dequantized:
+            part = self._dequantized[kernel.ref()][rows]
+            return lambda x: matmul(x, part)
+        parts = self._kernels.get(kernel.ref())
+        if parts is None:
+            return super().partial_product(kernel, rows)
+        codes = parts[0][rows]  # the scales (and offsets) belong to output units: a row slice keeps them
+        return lambda x: quantization.int8_matmul(x, codes, *parts[1:])
+
     def lookup(self, table, ids: tf.Tensor) -> tf.Tensor:
         parts = self._embeddings.get(table.ref())
         if parts is None:
             return tf.gather(table, ids)
-        codes, scales = parts
-        rows = tf.cast(tf.gather(codes, ids), tf.float32)
-        return rows * tf.expand_dims(tf.gather(scales, ids) * (1.0 / quantization.QMAX), -1)
+        return gather_dequantized(*parts, ids)
+
+    def quantized_rows(self, table: tf.Tensor) -> "Int8Rows":
+        """``table`` [rows, width] stored in int8 like the embeddings (one eq. 12 scale per row)."""
+        return Int8Rows(table)
 
     # ------------------------------------------------------------------ what is stored
     def replaces(self, variable) -> bool:
@@ -135,6 +147,25 @@ class Int8Weights(WeightTransform, tf.Module):
             "float32_bytes": size(self._float_variables),
             "int8_bytes": size(self.variables_int8) + size(self.kept_float_variables()),
         }
+
+
+def gather_dequantized(codes, scales, ids) -> tf.Tensor:
+    """Rows ``ids`` of an int8 table with one scale per row, as float32."""
+    rows = tf.cast(tf.gather(codes, ids), tf.float32)
+    return rows * tf.expand_dims(tf.gather(scales, ids) * (1.0 / quantization.QMAX), -1)
+
+
+class Int8Rows(tf.Module):
+    """A float table kept as int8 codes and one eq. 12 scale per row; called with ids, it gives their rows."""
+
+    def __init__(self, table, name: Optional[str] = None):
+        super().__init__(name=name)
+        codes, scales = quantization.quantize_per_output_unit(tf.convert_to_tensor(table), axis=1)
+        self.codes = tf.Variable(codes, trainable=False, name="codes")
+        self.scales = tf.Variable(scales, trainable=False, name="scales")
+
+    def __call__(self, ids) -> tf.Tensor:
+        return gather_dequantized(self.codes, self.scales, ids)
 
 
 class FakeQuantizedWeights(WeightTransform):
@@ -159,6 +190,6 @@ class FakeQuantizedWeights(WeightTransform):
         """The fake-quantized value standing for ``variable`` (None if it is not quantized)."""
         return self._kernels.get(variable.ref())
 
-    def product(self, x: tf.Tensor, kernel) -> tf.Tensor:
+    def float_kernel(self, kernel) -> tf.Tensor:
         replacement = self._kernels.get(kernel.ref())
-        return matmul(x, kernel if replacement is None else replacement)
+        return kernel if replacement is None else replacement
