@@ -309,6 +309,7 @@ def worker_paper(job, threads):
     import numpy as np
 
     from gnmt_tf.decoding.beam import beam_search
+    from gnmt_tf.decoding.options import no_pruning
     from gnmt_tf.layers.weights import WeightTransform, matmul
     from gnmt_tf.config import load_config
     from gnmt_tf.quantization.weights import Int8Weights
@@ -366,7 +367,7 @@ def worker_paper(job, threads):
                     return logits + suppress_eos, attention, state  # fixed output length
 
                 out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
-                                  beamsize=float("inf"), max_length_ratio=length / source_length)
+                                  beamsize=no_pruning(), max_length_ratio=length / source_length)
             return out.lengths
 
         return decode

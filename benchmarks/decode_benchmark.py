@@ -105,6 +105,7 @@ def run_worker(args) -> list:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     from gnmt_tf.decoding.beam import beam_search
+    from gnmt_tf.decoding.options import no_pruning
     from gnmt_tf.config import load_config
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.vocab import EOS_ID
@@ -128,7 +129,7 @@ def run_worker(args) -> list:
         def decode(source_ids):
             memory = model.encode(source_ids, training=False)
             out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
-                              beamsize=float("inf"), max_length_ratio=ratio)
+                              beamsize=no_pruning(), max_length_ratio=ratio)
             return out.lengths
 
         rng = np.random.default_rng(0)

@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Literal, Optional
 
 import yaml
 
+from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_problem
+
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
@@ -222,7 +224,9 @@ class DecodingConfig:
     alpha: float = _doc("Length normalisation strength in lp(Y) = (5+|Y|)^alpha / 6^alpha (0.2).", default=0.2)
     beta: float = _doc("Coverage penalty strength in cp(X;Y) (0.2).", default=0.2)
     beamsize: float = _doc(
-        "Pruning margin in log-probability for both pruning rules of section 7 (3.0).", default=3.0
+        "Pruning margin in log-probability for both pruning rules of section 7 (3.0); 0 keeps only "
+        "what ties with the best, 1e9 never prunes. alpha, beta and beamsize must be finite and >= 0.",
+        default=3.0,
     )
     max_length_ratio: float = _doc("Output length limit as a multiple of the source length (2.0).", default=2.0)
     n_best: int = _doc("Translations returned per sentence.", default=1)
@@ -236,8 +240,11 @@ class DecodingConfig:
     )
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "beam_width", "beamsize", "max_length_ratio", "n_best")
-        _non_negative(self, where, "alpha", "beta")
+        _positive(self, where, "beam_width", "max_length_ratio", "n_best")
+        for name in SEARCH_OPTIONS:  # the rule every entry point applies to the per-request options
+            problem = search_option_problem(name, getattr(self, name))
+            if problem is not None:
+                raise ConfigError(f"{where}.{name}: {problem}")
         if self.n_best > self.beam_width:
             raise ConfigError(f"{where}.n_best: must not exceed beam_width ({self.beam_width}), got {self.n_best}")
 

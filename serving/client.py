@@ -9,6 +9,10 @@ The same client talks to the real ``tensorflow_model_server`` and to the local
 * gRPC: ``PredictionService.Predict`` / ``GetModelMetadata`` and
   ``ModelService.GetModelStatus`` from tensorflow-serving-api.
 
+alpha, beta and beamsize must be finite and >= 0 (:mod:`gnmt_tf.decoding.options`, the rule the
+server and the exported signatures apply too): another value raises ValueError before anything is
+sent (on the command line: a usage error, exit 2).
+
 Every call has a timeout; calls that fail because the server is unavailable
 (connection refused or reset, HTTP 503, gRPC UNAVAILABLE) are retried with
 exponential backoff; everything else raises :class:`ServingRequestError` at once
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.decoding.options import check_search_option, search_option_argument
 
 
 class ServingRequestError(RuntimeError):
@@ -66,14 +71,17 @@ class NBestEntry:
 
 
 def _options(alpha, beta, beamsize) -> Optional[Dict[str, float]]:
-    """The translate_with_options scalars, or None for the model's defaults (serving_default)."""
+    """The translate_with_options scalars, or None for the model's defaults (serving_default).
+
+    Each must be finite and >= 0 (ValueError, as the server would answer, but before sending).
+    """
     given = {"alpha": alpha, "beta": beta, "beamsize": beamsize}
     if all(value is None for value in given.values()):
         return None
     missing = [name for name, value in given.items() if value is None]
     if missing:
         raise ValueError(f"give alpha, beta and beamsize together (missing: {', '.join(missing)})")
-    return {name: float(value) for name, value in given.items()}
+    return {name: check_search_option(name, value) for name, value in given.items()}
 
 
 class _Client:
@@ -327,9 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--status", action="store_true", help="print the model's version status as JSON")
     what.add_argument("--metadata", action="store_true", help="print the model's signatures as JSON")
     what.add_argument("--nbest", action="store_true", help="print n-best lists as JSON lines")
-    parser.add_argument("--alpha", type=float, help="length normalization alpha (eq. 14; with --beta, --beamsize)")
-    parser.add_argument("--beta", type=float, help="coverage penalty beta (eq. 14)")
-    parser.add_argument("--beamsize", type=float, help="pruning margin (section 7)")
+    parser.add_argument("--alpha", type=search_option_argument("alpha"),
+                        help="length normalization alpha (eq. 14; with --beta, --beamsize); finite, >= 0")
+    parser.add_argument("--beta", type=search_option_argument("beta"),
+                        help="coverage penalty beta (eq. 14); finite, >= 0")
+    parser.add_argument("--beamsize", type=search_option_argument("beamsize"),
+                        help="pruning margin (section 7); finite, >= 0; 1e9 never prunes")
     parser.add_argument("--scores", action="store_true", help="print 'score<TAB>translation'")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")

@@ -7,7 +7,12 @@ The checks are the same for REST and gRPC (and for warm-up requests):
   are scalars); all batched inputs of one batch size, and not an empty batch;
 * at most ``max_batch_sentences`` values per input (checked on the declared shape, before a gRPC
   tensor is expanded), each string at most ``max_sentence_bytes`` and valid UTF-8 (the translator
-  reads text); no NaN in float inputs.
+  reads text);
+* the search options ``alpha``, ``beta`` and ``beamsize`` finite float32 >= 0, by the rule every
+  entry point applies (:mod:`gnmt_tf.decoding.options`), with its message. The exported signatures
+  check the same rule in the graph (what TF Serving relies on), and that InvalidArgumentError would
+  be INVALID_ARGUMENT here too; checking first gives the message without TensorFlow's wrapping, and
+  a bad request then never reaches a batch queue or the model.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
+from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_problem
 from serving.config import Limits
 from serving.errors import ServingError, invalid
 
@@ -167,8 +173,10 @@ def validate_inputs(signature_name: str, specs: Mapping[str, tf.TensorSpec], arr
             batch = (name, size)
         if spec.dtype == tf.string:
             _check_strings(name, array, limits)
-        elif spec.dtype.is_floating and array.size and np.isnan(array.astype(np.float64)).any():
-            raise invalid(f"input '{name}' is NaN; send a number")
+        elif name in SEARCH_OPTIONS and spec.shape.rank == 0:
+            problem = search_option_problem(name, array.item())
+            if problem is not None:
+                raise invalid(f"{name} {problem}")
     return batch[1] if batch else 1
 
 

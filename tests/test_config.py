@@ -86,6 +86,24 @@ def test_bad_values_get_messages_naming_the_field(raw, fragment):
     assert fragment in str(err.value)
 
 
+@pytest.mark.parametrize("name, value, shown", [
+    ("alpha", float("nan"), "nan"), ("alpha", float("inf"), "inf"), ("alpha", -1.0, "-1"), ("beta", -0.5, "-0.5"),
+    ("beamsize", -5.0, "-5"), ("beamsize", float("inf"), "inf"), ("beamsize", 1e39, "1e+39"),
+])
+def test_search_options_must_be_finite_and_not_negative(name, value, shown):
+    """The rule of gnmt_tf.decoding.options, with the field's dotted name; beamsize 0 (prune all but
+    what ties with the best) and 1e9 (no pruning) are allowed."""
+    hint = " (1e9 never prunes)" if name == "beamsize" else ""
+    with pytest.raises(ConfigError) as err:
+        from_dict({"decoding": {name: value}})
+    assert str(err.value) == f"decoding.{name}: must be a finite float32 >= 0, got {shown}{hint}"
+    config = from_dict({"decoding": {"alpha": 0.0, "beta": 0.0, "beamsize": 0.0}})
+    assert (config.decoding.alpha, config.decoding.beta, config.decoding.beamsize) == (0.0, 0.0, 0.0)
+    assert from_dict({"decoding": {"beamsize": 1e9}}).decoding.beamsize == 1e9
+    with pytest.raises(ConfigError, match="decoding.beamsize: must be a finite float32 >= 0, got inf"):
+        load_config("tiny", overrides=parse_overrides(["decoding.beamsize=.inf"]))
+
+
 def test_overrides_are_parsed_and_validated():
     overrides = parse_overrides(["model.units=64", "model.cell=standard", "model.forget_bias=1.0"])
     config = load_config("tiny", overrides=overrides)

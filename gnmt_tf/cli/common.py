@@ -17,6 +17,8 @@ import os
 import sys
 import tempfile
 
+from gnmt_tf.decoding.options import search_option_argument
+
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 
 
@@ -79,15 +81,23 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True) -> None:
-    """Eq. 14's alpha and beta, and with ``search`` the beam width and the pruning margin (defaults: the config's)."""
+    """Eq. 14's alpha and beta, and with ``search`` the beam width and the pruning margin (defaults: the config's).
+
+    alpha, beta and beamsize follow the search option rule (:mod:`gnmt_tf.decoding.options`): a value
+    that is not a finite float32 >= 0 is a usage error naming the flag (exit 2), before TensorFlow starts.
+    """
     title = "beam search (defaults from the model's config, section 7)" if search else "eq. 14 (defaults from the model's config)"
     group = parser.add_argument_group(title)
     if search:
         group.add_argument("--beam-width", type=int, default=None, help="hypotheses kept per sentence")
-    group.add_argument("--alpha", type=float, default=None, help="length normalisation strength (eq. 14)")
-    group.add_argument("--beta", type=float, default=None, help="coverage penalty strength (eq. 14)")
+    group.add_argument("--alpha", type=search_option_argument("alpha"), default=None,
+                       help="length normalisation strength (eq. 14); finite, >= 0")
+    group.add_argument("--beta", type=search_option_argument("beta"), default=None,
+                       help="coverage penalty strength (eq. 14); finite, >= 0")
     if search:
-        group.add_argument("--beamsize", type=float, default=None, help="pruning margin; 'inf' disables pruning")
+        group.add_argument("--beamsize", type=search_option_argument("beamsize"), default=None,
+                           help="pruning margin (section 7); finite, >= 0; 0 keeps only each hypothesis' best "
+                           "tokens, 1e9 never prunes")
 
 
 def decoding_overrides(args) -> dict:

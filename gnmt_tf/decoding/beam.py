@@ -33,7 +33,9 @@ Search, per sentence:
 * Global pruning (second rule): once a sentence has a finished hypothesis,
   live hypotheses whose eq. 14 score (with their current length and coverage)
   is more than ``beamsize`` below the best finished one are dropped.
-* ``beamsize = inf`` disables both rules.
+* ``beamsize`` must be finite and >= 0 (:mod:`gnmt_tf.decoding.options`); 0 keeps only what ties
+  with the best, and :data:`~gnmt_tf.decoding.options.NO_PRUNING` (1e9, far more than any
+  log-probability gap) disables both rules.
 * The output is at most ``ceil(max_length_ratio * source length)`` tokens long
   (source length counts real source tokens, EOS included); at the last allowed
   step only EOS may be chosen, so every output ends with EOS.
@@ -56,7 +58,6 @@ sentences x beam, which is what :meth:`gnmt_tf.models.gnmt.GNMT.step` is.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple, Optional, Union
 
 import tensorflow as tf
@@ -110,7 +111,7 @@ class BeamSearch(DecodingStrategy):
     Args:
         beam_width: live hypotheses per sentence (a Python int).
         alpha, beta: eq. 14's length and coverage strengths (tensors or floats).
-        beamsize: pruning margin (tensor or float); ``inf`` disables pruning.
+        beamsize: pruning margin (tensor or float), finite and >= 0; ``no_pruning()`` (1e9) disables pruning.
         n_best: hypotheses returned per sentence (<= beam_width).
         return_attention: also return each hypothesis' attention matrix.
         eos_rule: which EOS extensions may finish a hypothesis: "top_k" or "every_beam".
@@ -294,7 +295,7 @@ def beam_search(
         source_mask: bool [batch, source], True at real source positions.
         beam_width: live hypotheses per sentence (a Python int).
         alpha, beta: eq. 14's length and coverage strengths (tensors or floats).
-        beamsize: pruning margin; ``inf`` disables pruning.
+        beamsize: pruning margin, finite and >= 0; ``no_pruning()`` (1e9) disables pruning.
         max_length_ratio: output length limit as a multiple of the source length.
         n_best: hypotheses returned per sentence (<= beam_width).
         return_attention: also return each hypothesis' attention matrix.
@@ -304,8 +305,3 @@ def beam_search(
     strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
                           return_attention=return_attention, eos_rule=eos_rule)
     return decode(step_fn, initial_state, source_mask, strategy, max_length_ratio=max_length_ratio)
-
-
-def no_pruning() -> float:
-    """The ``beamsize`` that disables both pruning rules."""
-    return math.inf

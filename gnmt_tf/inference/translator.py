@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from gnmt_tf.config import DecodingConfig
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
+from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -81,6 +82,11 @@ class TranslatorModule(tf.Module):
       [batch, n_best], ``scores``, ``lengths``, ``attention`` [batch, n_best, target, source],
       and the wordpieces the attention refers to, ``source_pieces`` [batch, source] and
       ``target_pieces`` [batch, n_best, target] (padded with "").
+
+    alpha, beta and beamsize must be finite float32 >= 0 (:mod:`gnmt_tf.decoding.options`): every
+    function taking them as inputs raises ``InvalidArgumentError`` for another value (TF Serving:
+    INVALID_ARGUMENT) before any search; the config's values are checked in Python here, when the
+    module is made (ValueError).
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
@@ -107,7 +113,8 @@ class TranslatorModule(tf.Module):
         self.beam_width = decoding.beam_width
         self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
         self.max_input_length = max_input_length
-        self._defaults = (float(decoding.alpha), float(decoding.beta), float(decoding.beamsize))
+        # Checked here in Python: translate (and the TFLite export of it) uses them without graph checks.
+        self._defaults = tuple(check_search_option(name, getattr(decoding, name)) for name in SEARCH_OPTIONS)
         self.translate = tf.function(self._translate, input_signature=[SENTENCES])
         self.translate_with_options = tf.function(
             self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
@@ -192,6 +199,17 @@ class TranslatorModule(tf.Module):
         return tf.where(tf.equal(ids, PAD_ID), tf.constant(""), tf.gather(pieces, ids))
 
     # ------------------------------------------------------------------ the functions
+    @staticmethod
+    def checked_options(**options) -> Tuple[tf.Tensor, ...]:
+        """The options (alpha, beta, beamsize, given by name) behind the graph twin of the search option rule.
+
+        Every function that takes them as inputs passes them through this first: a NaN, infinite or
+        negative value raises InvalidArgumentError before the search (the Python entry points apply
+        the same rule, :func:`gnmt_tf.decoding.options.check_search_option`, before calling). Not
+        ``translate``: its values are the checked defaults, and TFLite has no Assert kernel.
+        """
+        return tuple(assert_search_options(**options).values())
+
     def nbest_outputs(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
                       return_attention: bool, time_loop=None) -> Dict[str, tf.Tensor]:
         """Search and postprocess: every output of ``translate_nbest`` from source ids."""
@@ -210,7 +228,11 @@ class TranslatorModule(tf.Module):
                            target_pieces=self.piece_strings(output.ids))
         return outputs
 
-    def _translate_with_options(self, sentences, alpha, beta, beamsize, time_loop=None):
+    def _translate_with_options(self, sentences, alpha, beta, beamsize):
+        alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
+        return self._best_translations(sentences, alpha, beta, beamsize)
+
+    def _best_translations(self, sentences, alpha, beta, beamsize, time_loop=None):
         outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width, 1,
                                      False, time_loop)
         return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
@@ -229,10 +251,15 @@ class TranslatorModule(tf.Module):
         return self.translate_with_options(sentences, *self._default_options())
 
     def translate_with_defaults(self, sentences, time_loop=None):
-        """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite)."""
-        return self._translate_with_options(sentences, *self._default_options(), time_loop=time_loop)
+        """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite).
+
+        Without the options' graph checks: the defaults were checked in Python, and TFLite has no
+        kernel for the Assert op.
+        """
+        return self._best_translations(sentences, *self._default_options(), time_loop=time_loop)
 
     def _translate_nbest(self, sentences, alpha, beta, beamsize):
+        alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
         outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width,
                                      self.n_best, True)
         del outputs["log_probs"], outputs["ids"]
@@ -265,6 +292,7 @@ class TranslatorModule(tf.Module):
         """``nbest_outputs`` on source ids, traced for these static settings (alpha, beta, beamsize are inputs)."""
         def make():
             def search(source_ids, alpha, beta, beamsize):
+                alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
                 return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention)
 
             return tf.function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
@@ -282,6 +310,7 @@ class TranslatorModule(tf.Module):
     def compiled_score(self, return_attention: bool):
         """log P(Y|X), eq. 14 and lengths of given target ids (each ending with EOS) for source ids."""
         def score(source_ids, target_ids, alpha, beta):
+            alpha, beta = self.checked_options(alpha=alpha, beta=beta)
             return self.search(source_ids, ForcedScoring(target_ids, alpha, beta, return_attention))._asdict()
 
         return self.compiled(("score", return_attention), lambda: tf.function(
@@ -395,11 +424,17 @@ class Translator:
             width = int(max(lengths[i] for i in chunk))
             yield chunk, ids[chunk, :width], lengths[chunk]
 
+    def _options(self, **given) -> List[tf.Tensor]:
+        """The given options (None: the config's) as float32 scalars, after the search option rule (ValueError)."""
+        return [tf.constant(check_search_option(name, getattr(self.decoding, name) if value is None else value),
+                            tf.float32) for name, value in given.items()]
+
     # ------------------------------------------------------------------ translate
     def translate(self, sentences: Sequence[str], **overrides) -> List[str]:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
-        Keyword overrides: beam_width, alpha, beta, beamsize (``float("inf")``: no pruning).
+        Keyword overrides: beam_width, alpha, beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9,
+        disables pruning).
         """
         return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
 
@@ -413,16 +448,17 @@ class Translator:
         beta: Optional[float] = None,
         beamsize: Optional[float] = None,
     ) -> List[List[Translation]]:
-        """n-best lists (best first) of :class:`Translation`; an empty sentence gets ``[]``."""
+        """n-best lists (best first) of :class:`Translation`; an empty sentence gets ``[]``.
+
+        ``alpha``, ``beta`` and ``beamsize`` must be finite and >= 0 (ValueError otherwise).
+        """
         d = self.decoding
         beam_width = beam_width or d.beam_width
         n_best = n_best or d.n_best
         if n_best > beam_width:
             raise ValueError(f"n_best ({n_best}) must not exceed beam_width ({beam_width})")
+        options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)
         search = self.module.compiled_nbest(beam_width, n_best, return_attention)
-        options = [tf.constant(d.alpha if alpha is None else alpha, tf.float32),
-                   tf.constant(d.beta if beta is None else beta, tf.float32),
-                   tf.constant(d.beamsize if beamsize is None else beamsize, tf.float32)]
         results: List[List[Translation]] = [[] for _ in sentences]
         for chunk, batch, source_lengths in self._batches(*self._preprocess(sentences)):
             out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
@@ -463,9 +499,7 @@ class Translator:
         """
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        d = self.decoding
-        options = [tf.constant(d.alpha if alpha is None else alpha, tf.float32),
-                   tf.constant(d.beta if beta is None else beta, tf.float32)]
+        options = self._options(alpha=alpha, beta=beta)
         target_ids, target_counts = self._preprocess(targets)
         target_truncated = self.truncated
         source_ids, source_counts = self._preprocess(sources)

@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 from helpers import ROOT, run_side_by_side
 
+from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.model_dir import load_model_dir
 
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "", "nine", "two five eight nine", "seven six"]
-INF = float("inf")
 
 # name: the options of each export this file checks, made once and side by side
 EXPORTS = {"beam_2": ["--beam-width", "2"], "xla": ["--xla"]}
@@ -58,7 +58,7 @@ def test_beam_width_2_is_built_into_the_export(exports, exported_number_model, t
     narrow = tf.saved_model.load(exports["beam_2"])
     default = tf.saved_model.load(exported_number_model)  # the config's beam width, 4
     sentences = [s for s in SENTENCES if s]
-    wide_open = dict(alpha=0.0, beta=0.0, beamsize=INF)  # no pruning: every list is as long as the beam allows
+    wide_open = dict(alpha=0.0, beta=0.0, beamsize=no_pruning())  # every list is as long as the beam allows
     narrow_lists, default_lists = nbest(narrow, sentences, **wide_open), nbest(default, sentences, **wide_open)
     assert narrow_lists["translations"].shape == (len(sentences), 2)  # n-best lists of width 2
     assert default_lists["translations"].shape == (len(sentences), 4)

@@ -8,12 +8,13 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.decoding.beam import beam_search
+from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.decoding.penalties import coverage_penalty, length_penalty
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 from helpers import tiny_model_config
 
-INF = float("inf")
+NO_PRUNING = no_pruning()
 
 
 # ----------------------------------------------------------------------------- penalties
@@ -80,8 +81,8 @@ def test_coverage_penalty_changes_the_ranking_where_it_should():
     attention = np.zeros((V, 2))
     attention[BOS_ID] = attention[A] = [1.0, 0.0]
     attention[B] = [0.0, 1.0]
-    plain = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.0, beamsize=INF))
-    covered = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.2, beamsize=INF))
+    plain = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.0, beamsize=NO_PRUNING))
+    covered = hypotheses(run_table(logits, attention, beam_width=2, alpha=0.0, beta=0.2, beamsize=NO_PRUNING))
     assert plain[0][0] == (A,)  # by probability alone
     assert covered[0][0] == (B,)  # the coverage penalty prefers the translation that covers the source
     # Its eq. 14 score is log P + 0 (full coverage): check against the hand computation.
@@ -100,7 +101,7 @@ def local_pruning_case():
 
 def test_local_pruning_drops_tokens_far_below_the_best_token():
     logits, attention = local_pruning_case()
-    wide = hypotheses(run_table(logits, attention, beam_width=3, n_best=3, alpha=0.0, beta=0.0, beamsize=INF))
+    wide = hypotheses(run_table(logits, attention, beam_width=3, n_best=3, alpha=0.0, beta=0.0, beamsize=NO_PRUNING))
     pruned = hypotheses(run_table(logits, attention, beam_width=3, n_best=3, alpha=0.0, beta=0.0, beamsize=3.0))
     assert (B,) in [h for h, _ in wide]
     assert (B,) not in [h for h, _ in pruned]
@@ -117,7 +118,7 @@ def global_pruning_case():
 def test_global_pruning_drops_hypotheses_far_below_the_best_finished_one():
     logits, attention = global_pruning_case()
     settings = dict(beam_width=8, n_best=8, alpha=0.0, beta=0.0, source_len=3)
-    wide = hypotheses(run_table(logits, attention, beamsize=INF, **settings))
+    wide = hypotheses(run_table(logits, attention, beamsize=NO_PRUNING, **settings))
     pruned = hypotheses(run_table(logits, attention, beamsize=3.0, **settings))
     # Once "EOS" (log P ~ -0.24) is finished, live hypotheses of two tokens (log P ~ -3.6) are
     # more than 3 below it and are dropped: nothing longer than one token before EOS survives.
@@ -127,13 +128,19 @@ def test_global_pruning_drops_hypotheses_far_below_the_best_finished_one():
 
 
 def test_large_beamsize_changes_nothing():
+    """A large finite margin (no_pruning(), 1e9, and 1e6) searches exactly as no pruning at all.
+
+    The reference is an infinite margin, with which neither pruning comparison can ever hold;
+    the entry points refuse inf (gnmt_tf.decoding.options), the search itself still takes it.
+    """
     for case in (local_pruning_case(), global_pruning_case()):
         logits, attention = case
         settings = dict(beam_width=4, n_best=4, alpha=0.2, beta=0.2, source_len=attention.shape[1])
-        unpruned = run_table(logits, attention, beamsize=INF, **settings)
-        huge = run_table(logits, attention, beamsize=1e6, **settings)
-        np.testing.assert_array_equal(unpruned.ids.numpy(), huge.ids.numpy())
-        np.testing.assert_allclose(unpruned.scores.numpy(), huge.scores.numpy())
+        unpruned = run_table(logits, attention, beamsize=float("inf"), **settings)
+        for margin in (no_pruning(), 1e6):
+            large = run_table(logits, attention, beamsize=margin, **settings)
+            np.testing.assert_array_equal(unpruned.ids.numpy(), large.ids.numpy())
+            np.testing.assert_allclose(unpruned.scores.numpy(), large.scores.numpy())
 
 
 def test_output_length_is_limited_and_ends_with_eos():
@@ -142,7 +149,7 @@ def test_output_length_is_limited_and_ends_with_eos():
     attention = np.full((V, 2), 0.5)
     # The forced final EOS costs every length the same, so alpha = 1 (which rewards length)
     # makes the longest allowed output the best one.
-    out = hypotheses(run_table(logits, attention, beam_width=2, n_best=2, alpha=1.0, beta=0.0, beamsize=INF,
+    out = hypotheses(run_table(logits, attention, beam_width=2, n_best=2, alpha=1.0, beta=0.0, beamsize=NO_PRUNING,
                                max_length_ratio=2.0, source_len=2))
     assert out[0][0] == (A, A, A)  # 2 x 2 source tokens = 4 tokens, the last one EOS
     assert all(len(h) <= 3 for h, _ in out)
@@ -160,7 +167,7 @@ def eos_outside_top_k_case():
 
 def test_an_eos_outside_the_top_k_does_not_finish_a_hypothesis():
     logits, attention = eos_outside_top_k_case()
-    settings = dict(beam_width=2, n_best=2, alpha=0.0, beta=0.0, beamsize=INF)
+    settings = dict(beam_width=2, n_best=2, alpha=0.0, beta=0.0, beamsize=NO_PRUNING)
     log_p = tf.nn.log_softmax(tf.constant(logits, tf.float32)).numpy()
     every = hypotheses(run_table(logits, attention, eos_rule="every_beam", **settings))
     top_k = hypotheses(run_table(logits, attention, eos_rule="top_k", **settings))
@@ -227,7 +234,7 @@ def test_exact_search_matches_brute_force(seed, eos_rule, beam_width):
     source = np.array([[5, EOS_ID]], np.int32)  # 2 real tokens: outputs of at most 4 tokens
     limit = 4
     best_seq, best_log_prob = brute_force_best(model, source, limit)
-    out = gnmt_search(model, source, beam_width=beam_width, alpha=0.0, beta=0.0, beamsize=INF,
+    out = gnmt_search(model, source, beam_width=beam_width, alpha=0.0, beta=0.0, beamsize=NO_PRUNING,
                       max_length_ratio=2.0, eos_rule=eos_rule)
     found = hypotheses(out)[0]
     assert found[0] == best_seq
@@ -261,7 +268,7 @@ def test_scores_are_eq14_of_the_returned_hypotheses():
     model = tiny_gnmt(vocab_size=10, seed=7, scale=1.0)
     source = np.array([[4, 6, 8, EOS_ID]], np.int32)
     alpha, beta = 0.6, 0.4
-    out = gnmt_search(model, source, beam_width=4, n_best=4, alpha=alpha, beta=beta, beamsize=INF,
+    out = gnmt_search(model, source, beam_width=4, n_best=4, alpha=alpha, beta=beta, beamsize=NO_PRUNING,
                       return_attention=True)
     scores = out.scores.numpy()[0]
     assert np.all(np.diff(scores) <= 1e-6)  # best first
@@ -283,5 +290,5 @@ def test_attention_keys_are_projected_once_per_sentence(monkeypatch):
     calls = []
     original = model.decoder.attention.project_keys
     monkeypatch.setattr(model.decoder.attention, "project_keys", lambda v: calls.append(1) or original(v))
-    gnmt_search(model, np.array([[4, 5, 6, EOS_ID]], np.int32), beam_width=3, beamsize=INF)
+    gnmt_search(model, np.array([[4, 5, 6, EOS_ID]], np.int32), beam_width=3, beamsize=NO_PRUNING)
     assert len(calls) == 1  # in encode(), not in any of the decoding steps

@@ -7,6 +7,7 @@ import pytest
 
 from gnmt_tf import model_dir as layout
 from gnmt_tf.cli import score as score_cli
+from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
 from helpers import run_in_process
 
@@ -24,7 +25,7 @@ def test_scoring_the_searchs_own_translations_gives_back_its_scores(translator):
     """Forced decoding of each n-best hypothesis returns the log P and eq. 14 score the beam search reported."""
     for alpha, beta in ((0.6, 0.2), (0.0, 0.0), (1.0, 0.5)):
         nbest = translator.translate_nbest(SOURCES, n_best=3, beam_width=4, alpha=alpha, beta=beta,
-                                           beamsize=float("inf"))
+                                           beamsize=no_pruning())
         pairs = [(source, hypothesis) for source, hypotheses in zip(SOURCES, nbest) for hypothesis in hypotheses]
         assert len(pairs) > len(SOURCES)  # alternatives too, not only the best
         scored = translator.score([s for s, _ in pairs], [h.text for _, h in pairs], alpha=alpha, beta=beta)

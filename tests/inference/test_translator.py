@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gnmt_tf import model_dir as layout
+from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
 from helpers import run_each_in_process
 
@@ -36,7 +37,7 @@ def test_edges_empty_single_token_and_too_long(translator):
 
 def test_nbest_lists_are_sorted_and_carry_attention(translator):
     [nbest] = translator.translate_nbest(["two five eight"], n_best=3, beam_width=4, return_attention=True,
-                                         beamsize=float("inf"))
+                                         beamsize=no_pruning())
     assert len(nbest) == 3 and nbest[0].text == "deux cinq huit"
     # With the paper's pruning (beamsize 3) this confident model's alternatives are all pruned.
     [pruned] = translator.translate_nbest(["two five eight"], n_best=3, beam_width=4)
@@ -63,7 +64,7 @@ def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_pat
         ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--beam-width", "3"],
          "one two\n\nfive five five\nnine\n"),
         ([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir, "--input", str(source),
-          "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "inf"], None),
+          "--output", str(output), "--n-best", "2", "--alpha", "0", "--beta", "0", "--beamsize", "1e9"], None),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "un deux\n\ncinq cinq cinq\nneuf\n"

@@ -3,6 +3,7 @@ and the exported SavedModel's own scores; its command line (--nbest, --version, 
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import copy_version
-from helpers import run_side_by_side
+from helpers import run_in_process, run_side_by_side
 from serving_helpers import ENV, ROOT, ServerProcess, free_port, savedmodel_signatures
 
 from serving.client import GrpcClient, RestClient, ServingRequestError
@@ -18,6 +19,17 @@ from serving.client import GrpcClient, RestClient, ServingRequestError
 SENTENCES = ["three one four", "nine", "zero zero seven five two one", "eight six"]
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}  # the client's n-best defaults
 OTHER_OPTIONS = {"alpha": 1.0, "beta": 0.0, "beamsize": 2.0}
+# (option, as typed, its value, as the message writes it): the search option rule (gnmt_tf.decoding.options)
+BAD_OPTIONS = [("alpha", "nan", math.nan, "nan"), ("alpha", "inf", math.inf, "inf"),
+               ("alpha", "1e400", float("1e400"), "inf"), ("alpha", "-1", -1.0, "-1"), ("beta", "-0.5", -0.5, "-0.5"),
+               ("beamsize", "-5", -5.0, "-5"), ("beamsize", "NaN", math.nan, "nan"),
+               ("beamsize", "Infinity", math.inf, "inf")]
+BAD_IDS = [f"{name}={typed}" for name, typed, _, _ in BAD_OPTIONS]
+
+
+def option_message(name, shown):
+    hint = " (1e9 never prunes)" if name == "beamsize" else ""
+    return f"{name} must be a finite float32 >= 0, got {shown}{hint}"
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +119,21 @@ def test_options_and_nbest(client, served):
         served.direct, SENTENCES[:2], **OPTIONS)
     with pytest.raises(ValueError, match="give alpha, beta and beamsize together"):
         client.translate(SENTENCES, alpha=0.5)
+
+
+@pytest.mark.parametrize("name, typed, value, shown", BAD_OPTIONS, ids=BAD_IDS)
+def test_bad_options_are_refused_before_sending(client, name, typed, value, shown):
+    """A ValueError with the rule's message, from a client whose server does not exist (so nothing was
+    sent: sending would be a ServingRequestError); then the real server answers a good request."""
+    port = free_port()
+    nowhere = (RestClient(f"http://127.0.0.1:{port}", "gnmt", timeout=5, retries=0) if isinstance(client, RestClient)
+               else GrpcClient(f"127.0.0.1:{port}", "gnmt", timeout=5, retries=0))
+    bad = dict(OPTIONS, **{name: value})
+    for call in (nowhere.translate, nowhere.translate_nbest):
+        with pytest.raises(ValueError) as error:
+            call(["nine"], **bad)
+        assert str(error.value) == option_message(name, shown)
+    assert [r.text for r in client.translate(["nine"], **OPTIONS)] == ["neuf"]
 
 
 def test_status_metadata_and_errors(client, served):
@@ -204,6 +231,18 @@ def test_client_command_line(served):
             served_names = set(signatures[key]["inputs"]), set(signatures[key]["outputs"])
             assert served_names == (inputs, outputs), (name, key)
             assert signatures[key]["inputs"]["sentences"]["dtype"] == "DT_STRING"
+
+
+@pytest.mark.parametrize("name, typed, value, shown", BAD_OPTIONS, ids=BAD_IDS)
+def test_client_command_line_refuses_bad_options_as_usage_errors(served, name, typed, value, shown):
+    rest = ["--rest", f"http://127.0.0.1:{served.rest_port}"]
+    options = [text for option, good in OPTIONS.items() for text in (f"--{option}", str(good))]
+    bad = run_in_process([sys.executable, "-m", "serving.client", *rest, *options, f"--{name}", typed], "nine\n")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    problem = option_message(name, shown)[len(name) + 1:]
+    assert f"error: argument --{name}: {problem}" in bad.stderr
+    good = run_in_process([sys.executable, "-m", "serving.client", *rest, *options], "nine\n")
+    assert (good.returncode, good.stdout) == (0, "neuf\n"), good.stderr
 
 
 def doc_commands(path, prefix):

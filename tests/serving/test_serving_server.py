@@ -7,6 +7,7 @@ directly in this process.
 """
 
 import base64
+import math
 import http.client
 import json
 import os
@@ -35,6 +36,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from serving.batching import Batcher
 from serving.config import (
     Limits,
     ServingConfigError,
@@ -42,6 +44,7 @@ from serving.config import (
     parse_model_config,
     single_model_config,
 )
+from serving.errors import ServingError
 from serving.rest import response_json
 from serving.server import ModelServer, build_parser, configure, main
 
@@ -288,9 +291,6 @@ BAD_REST = [
     ("scalar_as_list", "POST", PREDICT,
      _json({"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], **OPTIONS, "beta": [0.2]}}),
      400, "must be a float scalar"),
-    ("scalar_nan", "POST", PREDICT,
-     b'{"signature_name": "translate_with_options", "inputs": {"sentences": ["a"], "alpha": NaN, "beta": 0, '
-     b'"beamsize": 3}}', 400, "NaN"),
     ("unknown_model", "POST", "/v1/models/nope:predict", _json(GOOD), 404, "Servable not found for request: Latest(nope)"),
     ("unknown_version", "POST", "/v1/models/gnmt/versions/7:predict", _json(GOOD), 404, "Specific(gnmt, 7)"),
     ("unknown_label", "POST", "/v1/models/gnmt/labels/stable:predict", _json(GOOD), 400,
@@ -395,6 +395,82 @@ def test_grpc_bad_input_gets_a_clear_error_and_the_server_goes_on(server, method
     response = predictions.Predict(predict_request(["three one four"]), timeout=60)
     assert texts(response.outputs["translations"]) == ["trois un quatre"]
     channel.close()
+
+
+# ---------------------------------------------------------------------------------------------- search options
+# (signature, option, the value as JSON text, as a float32 tensor, as the message writes it). The server
+# checks them itself, by the rule of gnmt_tf.decoding.options; every value here is one of the brief's cases.
+BAD_OPTIONS = [
+    ("translate_with_options", "alpha", "NaN", math.nan, "nan"),
+    ("translate_with_options", "alpha", "Infinity", math.inf, "inf"),
+    ("translate_with_options", "alpha", "1e400", math.inf, "inf"),  # JSON's 1e400 reads as inf
+    ("translate_with_options", "alpha", "-1", -1.0, "-1"),
+    ("translate_with_options", "beta", "-0.5", -0.5, "-0.5"),
+    ("translate_with_options", "beamsize", "-5", -5.0, "-5"),
+    ("translate_with_options", "beamsize", "NaN", math.nan, "nan"),
+    ("translate_with_options", "beamsize", "Infinity", math.inf, "inf"),
+    ("translate_nbest", "beamsize", "-5", -5.0, "-5"),
+    ("translate_nbest", "alpha", "Infinity", math.inf, "inf"),
+]
+OPTION_IDS = [f"{signature}-{name}={text}" for signature, name, text, _, _ in BAD_OPTIONS]
+
+
+def option_message(name, shown):
+    hint = " (1e9 never prunes)" if name == "beamsize" else ""
+    return f"{name} must be a finite float32 >= 0, got {shown}{hint}"
+
+
+def options_body(signature, **values):
+    """A columnar predict body with OPTIONS, some replaced by raw JSON text (NaN, Infinity, 1e400 as they are)."""
+    texts = {name: json.dumps(value) for name, value in OPTIONS.items()}
+    texts.update(values)
+    inputs = ", ".join(f'"{name}": {text}' for name, text in texts.items())
+    return f'{{"signature_name": "{signature}", "inputs": {{"sentences": ["three one four"], {inputs}}}}}'.encode()
+
+
+@pytest.mark.parametrize("signature, name, text, value, shown", BAD_OPTIONS, ids=OPTION_IDS)
+def test_rest_refuses_a_bad_search_option_with_400_then_answers(server, direct, signature, name, text, value, shown):
+    port = server.rest_api_port
+    assert rest(port, "POST", PREDICT, raw=options_body(signature, **{name: text})) == (
+        400, {"error": option_message(name, shown)})
+    status, answer = rest(port, "POST", PREDICT, raw=options_body(signature))
+    expected = direct(signature, ["three one four"], **OPTIONS)
+    assert status == 200, answer
+    assert np.array(answer["outputs"]["translations"]).tolist() == np.char.decode(
+        expected["translations"].astype(bytes)).tolist()
+    np.testing.assert_allclose(answer["outputs"]["scores"], expected["scores"], atol=1e-4)
+
+
+@pytest.mark.parametrize("signature, name, text, value, shown", BAD_OPTIONS, ids=OPTION_IDS)
+def test_grpc_refuses_a_bad_search_option_with_invalid_argument_then_answers(server, direct, signature, name, text,
+                                                                           value, shown):
+    channel, predictions, _ = stubs(server.grpc_port)
+    with pytest.raises(grpc.RpcError) as error:
+        predictions.Predict(predict_request(["three one four"], signature=signature, **dict(OPTIONS, **{name: value})),
+                            timeout=60)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details() == option_message(name, shown)
+    response = predictions.Predict(predict_request(["three one four"], signature=signature, **OPTIONS), timeout=60)
+    expected = direct(signature, ["three one four"], **OPTIONS)
+    np.testing.assert_array_equal(tf.make_ndarray(response.outputs["translations"]), expected["translations"])
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["scores"]), expected["scores"], atol=1e-4)
+    channel.close()
+
+
+def test_without_the_servers_check_the_graphs_check_is_invalid_argument_too(server, direct):
+    """What TF Serving does: the signature's own assertion, mapped to INVALID_ARGUMENT (the request
+    bypasses the server's input checks here by calling the loaded version's signature directly)."""
+    with server.core.version("gnmt") as loaded:
+        signature = loaded.signature("translate_with_options")
+        arrays = {"sentences": np.array([b"three one four"], dtype=object),
+                  **{name: np.array(value, np.float32) for name, value in OPTIONS.items()}}
+        with pytest.raises(ServingError) as error:
+            loaded._call(signature, dict(arrays, beamsize=np.array(-5.0, np.float32)))
+        assert error.value.code == "INVALID_ARGUMENT"
+        assert f"assertion failed: [{option_message('beamsize', '-5')}]" in error.value.message
+        outputs = loaded._call(signature, arrays)
+    np.testing.assert_array_equal(outputs["translations"],
+                                  direct("translate_with_options", ["three one four"], **OPTIONS)["translations"])
 
 
 # ---------------------------------------------------------------------------------------------- versions
@@ -541,6 +617,41 @@ def test_batching_merges_concurrent_requests(exported, direct):
             assert calls == batches and groups <= batches < 8, (signature, stats)
             assert stats["largest_batch"] > 2
 
+        # Bad options among good requests: refused at once, never queued; the good ones are batched and answered.
+        answers.clear()
+        barrier.reset()
+        bad = {1: ("alpha", math.nan, "nan"), 3: ("beamsize", -5.0, "-5"), 5: ("beta", -0.5, "-0.5"),
+               7: ("alpha", math.inf, "inf")}  # index: (option, value, as the message writes it)
+        refused = {}
+
+        def mixed_client(index):
+            channel, predictions, _ = stubs(server.grpc_port)
+            try:
+                barrier.wait(30)
+                options = dict(OPTIONS, **({bad[index][0]: bad[index][1]} if index in bad else {}))
+                response = predictions.Predict(predict_request(
+                    requests[index], signature="translate_with_options", **options), timeout=60)
+                answers[index] = texts(response.outputs["translations"])
+            except grpc.RpcError as error:
+                refused[index] = (error.code(), error.details())
+            finally:
+                channel.close()
+
+        before_mixed = server.stats()["gnmt"][1]["batching"]["translate_with_options"]
+        threads = [threading.Thread(target=mixed_client, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(answers) == [0, 2, 4, 6] and sorted(refused) == sorted(bad)
+        for index in answers:
+            expected = direct("translate_with_options", requests[index], **OPTIONS)["translations"]
+            assert answers[index] == [t.decode() for t in expected]
+        for index, (name, _, shown) in bad.items():
+            assert refused[index] == (grpc.StatusCode.INVALID_ARGUMENT, option_message(name, shown))
+        mixed = server.stats()["gnmt"][1]["batching"]["translate_with_options"]
+        assert mixed["requests"] - before_mixed["requests"] == 4  # only the good ones were queued
+
         # Over max_batch_size: refused (TF Serving's default, no large-batch splitting).
         channel, predictions, _ = stubs(server.grpc_port)
         with pytest.raises(grpc.RpcError) as error:
@@ -552,6 +663,44 @@ def test_batching_merges_concurrent_requests(exported, direct):
                                        timeout=60)
         assert tf.make_ndarray(response.outputs["translations"])[0][0] == b"trois un quatre"
         channel.close()
+
+
+def test_a_failing_request_does_not_fail_the_requests_batched_around_it():
+    """Even if a bad option reached the batcher (the server checks them first; TF Serving relies on the
+    graph), it is not merged with requests of other options: scalar inputs key the batches. Here the
+    model refuses alpha < 0 as the graph does, and the good requests waiting with it are answered."""
+    options = parse_batching_parameters("max_batch_size { value: 16 } batch_timeout_micros { value: 300000 } "
+                                        "num_batch_threads { value: 1 }")
+    runs = []
+
+    def run(inputs):
+        runs.append((float(inputs["alpha"]), len(inputs["sentences"])))
+        if inputs["alpha"] < 0:
+            raise tf.errors.InvalidArgumentError(None, None, "assertion failed: [alpha must be ...]")
+        return {"translations": inputs["sentences"]}
+
+    batcher = Batcher(run, options, ["sentences"], ["alpha"], name="test")
+    results = {}
+    barrier = threading.Barrier(6)
+
+    def submit(index, alpha):
+        barrier.wait(30)
+        try:
+            results[index] = batcher.submit({"sentences": np.array([f"s{index}".encode()], dtype=object),
+                                             "alpha": np.array(alpha, np.float32)}, 1)["translations"].tolist()
+        except ServingError as error:
+            results[index] = error.code
+
+    threads = [threading.Thread(target=submit, args=(i, -1.0 if i in (1, 4) else 0.2)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    batcher.close()
+    assert results == {0: [b"s0"], 1: "INVALID_ARGUMENT", 2: [b"s2"], 3: [b"s3"], 4: "INVALID_ARGUMENT", 5: [b"s5"]}
+    good_alpha = float(np.float32(0.2))
+    assert {alpha for alpha, _ in runs} == {-1.0, good_alpha}  # a batch runs one alpha (a scalar input)
+    assert sum(size for alpha, size in runs if alpha == good_alpha) == 4
 
 
 def test_large_batch_splitting(exported):
