@@ -78,12 +78,15 @@ def main(argv=None) -> int:
     train, test = write_split(args.workdir, "small", [])
     ours_dir = os.path.join(args.workdir, f"ours-2x256-{args.minutes:g}min")
     peer_dir = os.path.join(args.workdir, f"peer-2x256-{args.minutes:g}min")
-    print(f"training ours (2+2x256) for {args.minutes:g} minutes, {args.threads} thread(s)", flush=True)
-    if train_ours(ours_dir, args.minutes, args.threads, SIZE, None).wait() != 0:
-        raise SystemExit(f"our training failed: see {ours_dir}.log")
+    if os.path.isdir(os.path.join(ours_dir, "best")):  # a finished run of an earlier sitting
+        print(f"ours: using the trained {ours_dir}", flush=True)
+    else:
+        print(f"training ours (2+2x256) for {args.minutes:g} minutes, {args.threads} thread(s)", flush=True)
+        if train_ours(ours_dir, args.minutes, args.threads, SIZE, None).wait() != 0:
+            raise SystemExit(f"our training failed: see {ours_dir}.log")
     print(f"training and decoding the peer (2+2x256) for {args.minutes:g} minutes", flush=True)
     os.environ.update(LAYERS="2", UNITS="256")
-    if start_peer(train, test, test, peer_dir, args.minutes, args.threads, None).wait() != 0:
+    if start_peer(train, test, peer_dir, args.minutes, args.threads, None).wait() != 0:
         raise SystemExit(f"the peer failed: see {peer_dir}.log")
     with open(os.path.join(peer_dir, "results.json"), encoding="utf-8") as handle:
         peer = json.load(handle)
