@@ -135,6 +135,12 @@ def read_dev_split(model_dir: str) -> List[Pair]:
     return pairs
 
 
+def without_dev_pairs(pairs: Sequence[Pair], dev_pairs: Sequence[Pair]) -> List[Pair]:
+    """``pairs`` less those in ``dev_pairs``, compared as the dev split stores them (:func:`folded`)."""
+    held_out = {folded(pair) for pair in dev_pairs}
+    return [pair for pair in pairs if folded(pair) not in held_out]
+
+
 # ------------------------------------------------------------------ the best dev BLEU
 class BestBleu(NamedTuple):
     """best/best_bleu.txt: the dev BLEU of the checkpoint in best/, its step, and the BLEU signature."""

@@ -1,4 +1,4 @@
-"""What the command lines share: a quiet TensorFlow start, ``--verbose``, and the model and search options.
+"""What the command lines share: a quiet TensorFlow start, ``--verbose``, the training data, and the model and search options.
 
 TensorFlow's C++ side prints its start-up lines (CUDA libraries not found, cuInit
 failing on a machine without a GPU, the CPU features it was built for) through absl
@@ -60,6 +60,32 @@ def start_tensorflow(verbose: bool = False) -> None:
             os.dup2(saved, 2)
             os.close(saved)
     tf.get_logger().setLevel("ERROR")  # TensorFlow's Python-side deprecation and retracing notices
+
+
+# ------------------------------------------------------------------ train, shortlist
+def add_training_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--train`` and the languages of the built-in data (train, shortlist)."""
+    parser.add_argument(
+        "--train", default=None, metavar="DATA",
+        help="training pairs: a TSV file (source<TAB>target, .gz accepted), 'SRC_FILE,TGT_FILE' "
+        "(aligned files) or 'tfds:NAME'. Default: this machine's gettext catalogs",
+    )
+    parser.add_argument("--source-lang", default="en", help="source language of the built-in data (default: en)")
+    parser.add_argument("--target-lang", default="fr", help="target language of the built-in data (default: fr)")
+
+
+def load_training_pairs(args):
+    """The pairs of ``--train``, or the built-in gettext catalogs of ``--source-lang``/``--target-lang``; says what it read."""
+    from gnmt_tf.data import read_parallel
+    from gnmt_tf.data.catalogs import load_catalog_pairs
+
+    if args.train:
+        train_pairs, report = read_parallel(args.train, source_lang=args.source_lang, target_lang=args.target_lang)
+        print(report.summary())
+        return train_pairs
+    pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
+    print(f"built-in data: {report.summary()}")
+    return pairs
 
 
 # ------------------------------------------------------------------ translate, evaluate, score
