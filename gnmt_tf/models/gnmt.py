@@ -9,6 +9,7 @@ Decoding, one token at a time (what beam search and sampling call)::
     memory = model.encode(source_ids)
     state = model.initial_state(memory)
     logits, attention_probs, state = model.step(state, token_ids)
+    logits, attention_probs, state = model.step(state, token_ids, output_ids=allowed)  # a shortlist
 
 Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
 is masked in every layer, so it never changes a real position's output.
@@ -240,9 +241,13 @@ class GNMT(keras.Model):
         """The decoder state before the first target token (zeros, plus the memory)."""
         return self.decoder.initial_state(memory)
 
-    def step(self, state: DecoderState, token_ids) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
-        """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state)."""
-        return self.decoder.step(state, self.embed_target(token_ids))
+    def step(self, state: DecoderState, token_ids, output_ids=None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+        """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
+
+        ``output_ids`` (int32 [n], distinct): a vocabulary shortlist; only those logits are
+        computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
+        """
+        return self.decoder.step(state, self.embed_target(token_ids), output_ids=output_ids)
 
     def embed_source(self, source_ids) -> tf.Tensor:
         """Source embeddings of ids [batch, ...], read through the model's weight transform."""

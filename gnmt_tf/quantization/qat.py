@@ -89,7 +89,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.weights import WeightTransform, matmul
+from gnmt_tf.layers.weights import WeightTransform, kernel_columns, matmul
 
 # The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
 #
@@ -236,8 +236,8 @@ class QuantizationAwareTraining(WeightTransform):
         quantized = quantizer(kernel, True, variables)  # training mode: the range comes from this kernel
         return kernel + tf.stop_gradient(quantized - kernel)  # == quantized; straight-through gradient
 
-    def product(self, x: tf.Tensor, kernel) -> tf.Tensor:
-        return matmul(x, self.fake_quantize(kernel) if self.quantizes(kernel) else kernel)
+    def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
+        return matmul(x, kernel_columns(self.fake_quantize(kernel) if self.quantizes(kernel) else kernel, columns))
 
 
 def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None):
