@@ -114,22 +114,35 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True)
     group.add_argument("--beta", type=float, default=None, help="coverage penalty strength (eq. 14)")
     if search:
         group.add_argument("--beamsize", type=float, default=None, help="pruning margin; 'inf' disables pruning")
+        group.add_argument(
+            "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
+            help="decode with the model directory's vocabulary shortlist (python -m gnmt_tf.shortlist builds "
+            "it): each batch's softmax only over the likely translations of its source pieces "
+            "(default: decoding.use_shortlist, when the directory has one)",
+        )
 
 
 def decoding_overrides(args) -> dict:
     """The decoding options given on the command line, by the names Translator takes."""
-    names = ("beam_width", "alpha", "beta", "beamsize")
+    names = ("beam_width", "alpha", "beta", "beamsize", "use_shortlist")
     return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
 def load_translator(args):
-    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line."""
+    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line,
+    with the directory's vocabulary shortlist if it has one."""
     from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_dir import ModelDirError, load_model_dir, read_shortlist, shortlist_path
 
     model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
+    shortlist = read_shortlist(args.model_dir, vocab_size=tokenizer.vocab_size)
+    if getattr(args, "use_shortlist", None) and shortlist is None:
+        raise ModelDirError(f"--shortlist: {args.model_dir} has no vocabulary shortlist "
+                            f"({shortlist_path(args.model_dir)}); python -m gnmt_tf.shortlist --model-dir "
+                            f"{args.model_dir} builds one")
     translator = Translator(
-        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length
+        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length,
+        shortlist=shortlist,
     )
     return translator, config
 
