@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or int8 x int8 with int32 accumulation as in section 6",
     )
     parser.add_argument(
+        "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
+        help="whether the export decodes with the model directory's vocabulary shortlist by default "
+        "(the SavedModel's translate_with_shortlist signatures switch it per request; a TFLite model "
+        "has only this setting). Default: decoding.use_shortlist of the model's config",
+    )
+    parser.add_argument(
         "--xla", action="store_true",
         help="saved_model: compile the decoding step with XLA (faster for large models; TF Serving then "
         "needs --xla_cpu_compilation_enabled)",
@@ -76,6 +82,7 @@ def main(argv=None) -> int:
         beam_width=args.beam_width, verify_sentences=args.verify_sentences, quantize=args.quantize,
         int8_products=args.int8_products, xla=args.xla, bleu_tolerance=args.bleu_tolerance,
         bleu_sentences=args.bleu_sentences, target_input_table=args.target_input_table,
+        use_shortlist=args.use_shortlist,
     )
     try:
         validate_request(request, args.format)

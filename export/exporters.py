@@ -14,6 +14,15 @@ Float exports must give identical strings on a few sentences; int8 exports
 must keep corpus BLEU on the dev set (``dev.tsv`` in the model directory)
 within ``bleu_tolerance`` of the float model's.
 
+A model directory with a vocabulary shortlist (``shortlist.npz``, :mod:`gnmt_tf.data.shortlist`)
+exports with it: the translator holds its tables, and the functions without a
+``use_shortlist`` input use it as ``decoding.use_shortlist`` (or ``use_shortlist`` of the
+request) says. The SavedModel also gets the signatures that switch it per request
+(``translate_with_shortlist``, ``translate_nbest_with_shortlist``), and the check covers
+both settings. The TFLite model has the one signature, with the export's setting: a
+second signature would hold a second copy of every weight (TFLite freezes the weights
+into each signature's function).
+
 int8 (``quantize="int8"``), per format, the path measured fastest on CPU
 (benchmarks/README.md):
 
@@ -30,6 +39,7 @@ int8 (``quantize="int8"``), per format, the path measured fastest on CPU
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -59,6 +69,7 @@ class ExportRequest:
     target_input_table: Optional[bool] = None  # precomputed bottom-layer input projection (None: the format's default)
     bleu_tolerance: float = 0.5  # int8: largest dev BLEU drop accepted
     bleu_sentences: int = 500  # int8: dev sentences the BLEU check translates
+    use_shortlist: Optional[bool] = None  # the export's default; None: decoding.use_shortlist of the config
     log: Callable[[str], None] = print
 
 
@@ -94,6 +105,7 @@ class Exporter:
     # Whether a step gathers the bottom decoder layer's input projection from a table by default
     # (Devlin 2017): faster, but the table (vocabulary x 4 units) makes the artifact larger.
     default_target_input_table = False
+    switches_shortlist = False  # whether a request can turn a shortlist on or off
 
     def __init__(self, request: ExportRequest):
         self.request = request
@@ -104,15 +116,22 @@ class Exporter:
             return self.request.target_input_table
         return self.default_target_input_table
 
-    def module(self, model, tokenizer, decoding) -> TranslatorModule:
+    def module(self, model, tokenizer, decoding, shortlist=None) -> TranslatorModule:
         """The translator module this format converts."""
-        return TranslatorModule(model, tokenizer, decoding, precompute_target_inputs=self.target_input_table)
+        return TranslatorModule(model, tokenizer, decoding, shortlist=shortlist,
+                                precompute_target_inputs=self.target_input_table)
 
     def write(self, translator: TranslatorModule, directory: str) -> None:
         raise NotImplementedError
 
-    def translate(self, directory: str, sentences: Sequence[str]) -> List[str]:
-        """Load the artifact from ``directory`` as its users would, and translate."""
+    def translate(self, directory: str, sentences: Sequence[str],
+                  switch: Optional[Dict[str, object]] = None) -> List[str]:
+        """Load the artifact from ``directory`` as its users would, and translate.
+
+        ``switch``: the inputs of ``translate_with_shortlist`` besides the sentences (``alpha``,
+        ``beta``, ``beamsize``, ``use_shortlist``), for a format that switches the shortlist per
+        request (``switches_shortlist``); None: the default signature.
+        """
         raise NotImplementedError
 
 
@@ -125,13 +144,14 @@ class SavedModelExporter(Exporter):
 
     format_name = "saved_model"
     default_target_input_table = True  # servers: speed over size
+    switches_shortlist = True
 
-    def module(self, model, tokenizer, decoding):
+    def module(self, model, tokenizer, decoding, shortlist=None):
         from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
         return TranslatorModule(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla,
-                                precompute_target_inputs=self.target_input_table)
+                                shortlist=shortlist, precompute_target_inputs=self.target_input_table)
 
     def write(self, translator, directory):
         from export.warmup import translator_warmup_requests, write_warmup_requests
@@ -139,13 +159,17 @@ class SavedModelExporter(Exporter):
         tf.saved_model.save(translator, directory, signatures=translator.signatures())
         name = os.path.basename(os.path.normpath(self.request.output)) or "gnmt"
         sentences = verification_sentences(self.request.model_dir, 8) if self.request.model_dir else []
-        write_warmup_requests(directory, translator_warmup_requests(name, sentences, translator.default_options))
+        requests = translator_warmup_requests(name, sentences, translator.default_options,
+                                              shortlist=translator.shortlist is not None)
+        write_warmup_requests(directory, requests)
 
-    def translate(self, directory, sentences):
-        translate = tf.saved_model.load(directory).signatures["serving_default"]
+    def translate(self, directory, sentences, switch=None):
+        loaded = tf.saved_model.load(directory)
+        translate = loaded.signatures["serving_default" if switch is None else "translate_with_shortlist"]
+        inputs = {name: tf.constant(value) for name, value in (switch or {}).items()}
         translations = []
         for batch in _batches(sentences):
-            outputs = translate(sentences=tf.constant(batch, tf.string))
+            outputs = translate(sentences=tf.constant(batch, tf.string), **inputs)
             translations += [text.decode("utf-8") for text in outputs["translations"].numpy()]
         return translations
 
@@ -167,8 +191,11 @@ class TFLiteExporter(Exporter):
         with open(os.path.join(directory, self.OPS_FILE), "w", encoding="utf-8") as handle:
             handle.write("\n".join(list_ops(content)) + "\n")
 
-    def translate(self, directory, sentences):
+    def translate(self, directory, sentences, switch=None):
         from export.tflite import TFLiteTranslator
+
+        if switch is not None:
+            raise ExportError("a TFLite model has no per-request shortlist switch")
 
         translator = TFLiteTranslator(os.path.join(directory, self.MODEL_FILE))
         return [text for batch in _batches(sentences) for text in translator.translate(batch)[0]]
@@ -197,7 +224,7 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_dir import load_model_dir, read_shortlist, shortlist_path
 
     validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
@@ -211,10 +238,21 @@ def export(request: ExportRequest, format_name: str) -> str:
     model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint, warn=lambda message: request.log(f"warning: {message}"))
     if request.quantize == "int8":
         _require_final_delta(request, model, config)
+    shortlist = read_shortlist(request.model_dir, vocab_size=tokenizer.vocab_size)
+    if request.use_shortlist and shortlist is None:
+        raise ExportError(f"--shortlist: {request.model_dir} has no vocabulary shortlist "
+                          f"({shortlist_path(request.model_dir)}); python -m gnmt_tf.shortlist --model-dir "
+                          f"{request.model_dir} builds one")
     decoding = config.decoding
     if request.beam_width is not None:
-        decoding = type(decoding)(**{**decoding.__dict__, "beam_width": request.beam_width})
-    translator = exporter.module(model, tokenizer, decoding)
+        decoding = dataclasses.replace(decoding, beam_width=request.beam_width)
+    if request.use_shortlist is not None:
+        decoding = dataclasses.replace(decoding, use_shortlist=request.use_shortlist)
+    translator = exporter.module(model, tokenizer, decoding, shortlist)
+    if shortlist is not None:
+        request.log(f"with the vocabulary shortlist of {shortlist_path(request.model_dir)} (top "
+                    f"{shortlist.top_k}, {shortlist.frequent} frequent): "
+                    f"{'on' if translator.uses_shortlist else 'off'} by default")
 
     os.makedirs(request.output, exist_ok=True)
     staging = os.path.join(request.output, f".tmp-{version}-{os.getpid()}")
@@ -224,9 +262,9 @@ def export(request: ExportRequest, format_name: str) -> str:
         exporter.write(translator, staging)
         request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
         if request.quantize == "int8":
-            _check_bleu(request, exporter, staging, model, tokenizer, decoding)
+            _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlist)
         else:
-            _check_identical(request, exporter, staging, model, tokenizer, decoding)
+            _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist)
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -256,25 +294,35 @@ def directory_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
 
 
-def _check_identical(request, exporter, staging, model, tokenizer, decoding) -> None:
-    """Float: the export must translate a few dev sentences exactly like the Keras model."""
+def _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist=None) -> None:
+    """Float: the export must translate a few dev sentences exactly like the Keras model (with a
+    shortlist the format switches per request: with it and without it)."""
     from gnmt_tf.inference.translator import Translator
 
     sentences = verification_sentences(request.model_dir, request.verify_sentences)
-    expected = Translator(model, tokenizer, decoding,
-                          precompute_target_inputs=exporter.target_input_table).translate(sentences)
-    got = exporter.translate(staging, sentences)
-    mismatches = [(s, e, g) for s, e, g in zip(sentences, expected, got) if e != g]
-    if mismatches:
-        details = "; ".join(f"{s!r}: model {e!r} vs export {g!r}" for s, e, g in mismatches[:3])
-        raise ExportError(
-            f"the exported {exporter.format_name} translates {len(mismatches)} of {len(sentences)} check "
-            f"sentences differently from the model: {details}"
-        )
-    request.log(f"checked: {len(sentences)} sentences translate identically")
+    translator = Translator(model, tokenizer, decoding, shortlist=shortlist,
+                            precompute_target_inputs=exporter.target_input_table)
+    settings = [None]
+    if shortlist is not None and exporter.switches_shortlist:
+        settings += [False, True]
+    for use_shortlist in settings:
+        expected = translator.translate(sentences, use_shortlist=use_shortlist)
+        switch = None if use_shortlist is None else dict(
+            alpha=decoding.alpha, beta=decoding.beta, beamsize=decoding.beamsize, use_shortlist=use_shortlist)
+        got = exporter.translate(staging, sentences, switch)
+        mismatches = [(s, e, g) for s, e, g in zip(sentences, expected, got) if e != g]
+        if mismatches:
+            details = "; ".join(f"{s!r}: model {e!r} vs export {g!r}" for s, e, g in mismatches[:3])
+            how = "" if use_shortlist is None else f" with use_shortlist={use_shortlist}"
+            raise ExportError(
+                f"the exported {exporter.format_name} translates {len(mismatches)} of {len(sentences)} check "
+                f"sentences differently from the model{how}: {details}"
+            )
+    request.log(f"checked: {len(sentences)} sentences translate identically"
+                + (" with the shortlist on and off" if len(settings) > 1 else ""))
 
 
-def _check_bleu(request, exporter, staging, model, tokenizer, decoding) -> None:
+def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlist=None) -> None:
     """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.inference.translator import Translator
@@ -289,7 +337,8 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding) -> None:
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
-    float_bleu = corpus_bleu(Translator(model, tokenizer, decoding).translate(sources), references).score
+    float_bleu = corpus_bleu(Translator(model, tokenizer, decoding, shortlist=shortlist).translate(sources),
+                             references).score
     int8_bleu = corpus_bleu(exporter.translate(staging, sources), references).score
     drop = float_bleu - int8_bleu
     if drop > request.bleu_tolerance:

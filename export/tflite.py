@@ -12,6 +12,12 @@ registered; no Flex (select TF) ops::
     translator = TFLiteTranslator(model)
     texts, scores = translator.translate(["Open the file"])
 
+A module with a vocabulary shortlist converts with its default setting
+(``decoding.use_shortlist``): on, the decoding step gathers the allowed softmax
+columns (GATHER, BATCH_MATMUL) and spreads the logits back over the vocabulary
+(SCATTER_ND, WHERE, GATHER), all builtins. There is no per-request switch: a
+second signature would store every weight a second time.
+
 Conversion notes:
 
 * The translate function is re-traced with :data:`CONCATENATING_LOOP` as the
@@ -194,6 +200,8 @@ def tflite_translate_function(translator_module):
 
 def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
+
+    With the module's default shortlist setting (``TranslatorModule.uses_shortlist``).
 
     ``translator_module`` is an :class:`gnmt_tf.inference.translator.TranslatorModule`. The result has
     one signature, ``serving_default``: input ``sentences`` (string [batch]), outputs ``translations``

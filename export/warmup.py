@@ -32,8 +32,10 @@ def predict_request(model_name: str, sentences: Sequence[str], signature_name: s
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature_name
     request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(list(sentences), dtype=tf.string))
-    for name, value in scalars.items():
-        request.inputs[name].CopyFrom(tf.make_tensor_proto(float(value), dtype=tf.float32))
+    for name, value in scalars.items():  # the options (float32) and the shortlist switch (bool)
+        scalar = tf.make_tensor_proto(value, dtype=tf.bool) if isinstance(value, bool) else \
+            tf.make_tensor_proto(float(value), dtype=tf.float32)
+        request.inputs[name].CopyFrom(scalar)
     return request
 
 
@@ -69,10 +71,12 @@ def read_warmup_requests(version_dir: str) -> List:
     return requests
 
 
-def translator_warmup_requests(model_name: str, sentences: Sequence[str], options) -> List:
+def translator_warmup_requests(model_name: str, sentences: Sequence[str], options,
+                               shortlist: bool = False) -> List:
     """Warm-up for the translator: each signature, at batch 1 and at a batch of all ``sentences``.
 
     ``options``: the ``alpha``, ``beta`` and ``beamsize`` inputs of the signatures that take them.
+    ``shortlist``: the translator has the shortlist signatures too (warmed up with it on).
     """
     sentences = [s for s in sentences if s] or ["a"]
     batches = [sentences[:1], list(sentences)]
@@ -81,4 +85,10 @@ def translator_warmup_requests(model_name: str, sentences: Sequence[str], option
         requests.append(predict_request(model_name, batch))
         requests.append(predict_request(model_name, batch, "translate_with_options", **options))
     requests.append(predict_request(model_name, sentences[:1], "translate_nbest", **options))
+    if shortlist:
+        for batch in batches:
+            requests.append(predict_request(model_name, batch, "translate_with_shortlist", **options,
+                                            use_shortlist=True))
+        requests.append(predict_request(model_name, sentences[:1], "translate_nbest_with_shortlist",
+                                        **options, use_shortlist=True))
     return requests

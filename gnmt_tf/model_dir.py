@@ -5,6 +5,8 @@
       wordpieces.txt     the shared wordpiece vocabulary (gnmt_tf.data.tokenizer)
       dev.tsv            the dev split, source<TAB>target with whitespace folded (dev BLEU,
                          the export checks, the dev split of a fine-tune)
+      shortlist.npz      optional: the vocabulary shortlist (python -m gnmt_tf.shortlist;
+                         gnmt_tf.data.shortlist), with its top-k and frequent counts
       checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer);
                          in a multi-worker run also workertemp_<task>/, a worker's own
                          saves, deleted as soon as written
@@ -16,7 +18,7 @@
       training_curves.png    the curves of logs/ (python -m gnmt_tf.report), once drawn
 
 This module names every one of these files and is the one place that reads and
-writes the dev split and best_bleu.txt. ``load_model_dir`` gives back the model,
+writes the dev split, the shortlist and best_bleu.txt. ``load_model_dir`` gives back the model,
 the tokenizer and the config; nothing else (no training data, no command-line
 flags) is needed to translate. :func:`build_model` is the one way to build a GNMT
 of a config and restore a checkpoint into it.
@@ -38,11 +40,13 @@ import tensorflow as tf
 
 from gnmt_tf.config import GNMTConfig, load_config
 from gnmt_tf.data import DataError, Pair, read_tsv
+from gnmt_tf.data import shortlist as shortlists
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 
 CONFIG_FILE = "config.yaml"
 DEV_FILE = "dev.tsv"
+SHORTLIST_FILE = "shortlist.npz"
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 BEST_BLEU_FILE = "best_bleu.txt"  # in best/
@@ -133,6 +137,46 @@ def read_dev_split(model_dir: str) -> List[Pair]:
     except DataError as err:
         raise ModelDirError(f"{model_dir}: {err}") from None
     return pairs
+
+
+def without_dev_pairs(pairs: Sequence[Pair], dev_pairs: Sequence[Pair]) -> List[Pair]:
+    """``pairs`` less those in ``dev_pairs``, compared as the dev split stores them (:func:`folded`)."""
+    held_out = {folded(pair) for pair in dev_pairs}
+    return [pair for pair in pairs if folded(pair) not in held_out]
+
+
+# ------------------------------------------------------------------ the shortlist
+def shortlist_path(model_dir: str) -> str:
+    return os.path.join(model_dir, SHORTLIST_FILE)
+
+
+def has_shortlist(model_dir: str) -> bool:
+    return os.path.exists(shortlist_path(model_dir))
+
+
+def write_shortlist(model_dir: str, shortlist: "shortlists.Shortlist") -> str:
+    """Keep the vocabulary shortlist with the model (atomically); :func:`read_shortlist` reads it back."""
+    return shortlists.save(shortlist, shortlist_path(model_dir))
+
+
+def read_shortlist(model_dir: str, vocab_size: Optional[int] = None) -> Optional["shortlists.Shortlist"]:
+    """The model's vocabulary shortlist, or None if it has none.
+
+    Raises :class:`ModelDirError` if the file cannot be read, or was built for a vocabulary
+    of another size than ``vocab_size``.
+    """
+    if not has_shortlist(model_dir):
+        return None
+    try:
+        shortlist = shortlists.load(shortlist_path(model_dir))
+    except ValueError as err:
+        raise ModelDirError(str(err)) from None
+    if vocab_size is not None and shortlist.vocab_size != vocab_size:
+        raise ModelDirError(
+            f"{shortlist_path(model_dir)} was built for a vocabulary of {shortlist.vocab_size} pieces, the model "
+            f"has {vocab_size}; build it again with python -m gnmt_tf.shortlist --model-dir {model_dir}"
+        )
+    return shortlist
 
 
 # ------------------------------------------------------------------ the best dev BLEU

@@ -118,3 +118,17 @@ def run_in_process(argv, stdin=None):
 def run_each_in_process(*commands):
     """``(argv, stdin_text_or_None)`` commands, as for :func:`run_side_by_side`, each run in this process."""
     return [run_in_process(argv, stdin) for argv, stdin in commands]
+
+
+def shortlist_excluding(vocab_size, excluded):
+    """A hand-made vocabulary shortlist that allows every id but ``excluded``: each source piece's table row
+    holds all the others, and the excluded ids rank last in frequency (``frequent`` 0), so that no
+    ``minimum`` up to ``vocab_size - 3 - len(excluded)`` brings them back."""
+    from gnmt_tf.data.shortlist import Shortlist
+
+    kept = [i for i in range(vocab_size) if i not in set(excluded)]
+    table = np.tile(np.array(kept, np.int32), (vocab_size, 1))
+    special = {PAD_ID, BOS_ID, EOS_ID}
+    ranking = [i for i in kept if i not in special] + sorted(set(excluded) - special)
+    return Shortlist(table=table, probabilities=np.full(table.shape, 1.0 / len(kept), np.float32),
+                     ranking=np.array(ranking, np.int32), top_k=len(kept), frequent=0)

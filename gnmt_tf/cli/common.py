@@ -1,4 +1,4 @@
-"""What the command lines share: a quiet TensorFlow start, ``--verbose``, and the model and search options.
+"""What the command lines share: a quiet TensorFlow start, ``--verbose``, the training data, and the model and search options.
 
 TensorFlow's C++ side prints its start-up lines (CUDA libraries not found, cuInit
 failing on a machine without a GPU, the CPU features it was built for) through absl
@@ -64,6 +64,32 @@ def start_tensorflow(verbose: bool = False) -> None:
     tf.get_logger().setLevel("ERROR")  # TensorFlow's Python-side deprecation and retracing notices
 
 
+# ------------------------------------------------------------------ train, shortlist
+def add_training_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--train`` and the languages of the built-in data (train, shortlist)."""
+    parser.add_argument(
+        "--train", default=None, metavar="DATA",
+        help="training pairs: a TSV file (source<TAB>target, .gz accepted), 'SRC_FILE,TGT_FILE' "
+        "(aligned files) or 'tfds:NAME'. Default: this machine's gettext catalogs",
+    )
+    parser.add_argument("--source-lang", default="en", help="source language of the built-in data (default: en)")
+    parser.add_argument("--target-lang", default="fr", help="target language of the built-in data (default: fr)")
+
+
+def load_training_pairs(args):
+    """The pairs of ``--train``, or the built-in gettext catalogs of ``--source-lang``/``--target-lang``; says what it read."""
+    from gnmt_tf.data import read_parallel
+    from gnmt_tf.data.catalogs import load_catalog_pairs
+
+    if args.train:
+        train_pairs, report = read_parallel(args.train, source_lang=args.source_lang, target_lang=args.target_lang)
+        print(report.summary())
+        return train_pairs
+    pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
+    print(f"built-in data: {report.summary()}")
+    return pairs
+
+
 # ------------------------------------------------------------------ translate, evaluate, score
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Which checkpoint, and how sentences are batched and truncated (translate, evaluate, score)."""
@@ -98,23 +124,35 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True)
         group.add_argument("--beamsize", type=search_option_argument("beamsize"), default=None,
                            help="pruning margin (section 7); finite, >= 0; 0 keeps only each hypothesis' best "
                            "tokens, 1e9 never prunes")
+        group.add_argument(
+            "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
+            help="decode with the model directory's vocabulary shortlist (python -m gnmt_tf.shortlist builds "
+            "it): each batch's softmax only over the likely translations of its source pieces "
+            "(default: decoding.use_shortlist, when the directory has one)",
+        )
 
 
 def decoding_overrides(args) -> dict:
     """The decoding options given on the command line, by the names Translator takes."""
-    names = ("beam_width", "alpha", "beta", "beamsize")
+    names = ("beam_width", "alpha", "beta", "beamsize", "use_shortlist")
     return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
 def load_translator(args):
-    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line."""
+    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line,
+    with the directory's vocabulary shortlist if it has one."""
     from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_dir import ModelDirError, load_model_dir, read_shortlist, shortlist_path
 
     model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
+    shortlist = read_shortlist(args.model_dir, vocab_size=tokenizer.vocab_size)
+    if getattr(args, "use_shortlist", None) and shortlist is None:
+        raise ModelDirError(f"--shortlist: {args.model_dir} has no vocabulary shortlist "
+                            f"({shortlist_path(args.model_dir)}); python -m gnmt_tf.shortlist --model-dir "
+                            f"{args.model_dir} builds one")
     translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
         model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length,
-        precompute_target_inputs=True,
+        shortlist=shortlist, precompute_target_inputs=True,
     )
     return translator, config
 

@@ -88,6 +88,7 @@ def main(argv=None) -> int:
         "alpha": overrides.get("alpha", d.alpha),
         "beta": overrides.get("beta", d.beta),
         "beamsize": overrides.get("beamsize", d.beamsize),
+        "shortlist": overrides.get("use_shortlist", translator.module.uses_shortlist),
         "batch_size": args.batch_size,
     }
     if hypotheses_file:
@@ -101,7 +102,8 @@ def main(argv=None) -> int:
         print(
             f"decoding: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s "
             f"({len(pairs)} sentences in {seconds:.1f} s; beam {result['beam_width']}, alpha {result['alpha']}, "
-            f"beta {result['beta']}, beamsize {result['beamsize']}, batch {args.batch_size})"
+            f"beta {result['beta']}, beamsize {result['beamsize']}, "
+            f"shortlist {'on' if result['shortlist'] else 'off'}, batch {args.batch_size})"
         )
     return 0
 

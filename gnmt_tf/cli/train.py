@@ -25,7 +25,12 @@ import os
 import sys
 import time
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.cli.common import (
+    add_training_data_arguments,
+    add_verbose_argument,
+    load_training_pairs,
+    start_tensorflow,
+)
 
 DEFAULT_CONFIG = "small"
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
@@ -47,14 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one config field, e.g. --set training.batch_size=32 (repeatable)",
     )
-    parser.add_argument(
-        "--train", default=None, metavar="DATA",
-        help="training pairs: a TSV file (source<TAB>target, .gz accepted), 'SRC_FILE,TGT_FILE' "
-        "(aligned files) or 'tfds:NAME'. Default: this machine's gettext catalogs",
-    )
+    add_training_data_arguments(parser)
     parser.add_argument("--dev", default=None, metavar="DATA", help="dev pairs, same forms (default: held out from --train)")
-    parser.add_argument("--source-lang", default="en", help="source language of the built-in data (default: en)")
-    parser.add_argument("--target-lang", default="fr", help="target language of the built-in data (default: fr)")
     parser.add_argument("--model-dir", default=None, help="output directory (default: runs/<source>-<target>)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop at this global step (training.max_steps)")
     parser.add_argument(
@@ -255,9 +254,8 @@ def _run_refine(args) -> int:
 
     if not args.dev and layout.has_dev_split(init_dir):  # the model's own dev split: its BLEU stays comparable
         dev_pairs = layout.read_dev_split(init_dir)
-        train_pairs = _load_training_pairs(args)
-        held_out = {layout.folded(pair) for pair in dev_pairs}  # compared as the dev split stores pairs
-        kept = [pair for pair in train_pairs if layout.folded(pair) not in held_out]
+        train_pairs = load_training_pairs(args)
+        kept = layout.without_dev_pairs(train_pairs, dev_pairs)
         print(f"dev split: the {len(dev_pairs):,} pairs of {layout.dev_split_path(init_dir)}; "
               f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
         train_pairs = kept
@@ -321,24 +319,11 @@ def _train_and_report(trainer, model_dir) -> int:
     return 0
 
 
-def _load_training_pairs(args):
-    from gnmt_tf.data.catalogs import load_catalog_pairs
-    from gnmt_tf.data import read_parallel
-
-    if args.train:
-        train_pairs, report = read_parallel(args.train, source_lang=args.source_lang, target_lang=args.target_lang)
-        print(report.summary())
-        return train_pairs
-    pairs, report = load_catalog_pairs(target_lang=args.target_lang, source_lang=args.source_lang)
-    print(f"built-in data: {report.summary()}")
-    return pairs
-
-
 def _load_data(args, config):
     from gnmt_tf.data import read_parallel, split_dev
 
     d = config.data
-    train_pairs = _load_training_pairs(args)
+    train_pairs = load_training_pairs(args)
     if args.dev:
         dev_pairs, report = read_parallel(args.dev, split="validation", source_lang=args.source_lang,
                                           target_lang=args.target_lang)

@@ -16,7 +16,8 @@ tensorflow-text ops. Its three parts, each written once:
   sentence translates to "" with score 0.
 
 The SavedModel signatures are its functions (``translate``, ``translate_with_options``,
-``translate_nbest``); TFLite converts ``translate``. :class:`Translator`, the Python
+``translate_nbest``, and with a vocabulary shortlist ``translate_with_shortlist`` and
+``translate_nbest_with_shortlist``); TFLite converts ``translate``. :class:`Translator`, the Python
 API, wraps the same module as keras-hub's ``generate`` does: preprocess every sentence
 in the graph, sort by length and batch (section 7: sentences of similar length are
 decoded together), call the compiled search per batch, postprocess, and turn the
@@ -26,6 +27,13 @@ tensors into Python strings and :class:`Translation` records::
     translator.translate(["Open the file", "Save as..."])          # best translations
     translator.translate_nbest(["Open the file"], n_best=4)         # Translation records
     translator.score(["Open the file"], ["Ouvrir le fichier"])      # log P and eq. 14 of given ones
+
+A vocabulary shortlist (:mod:`gnmt_tf.data.shortlist`), when the module is given one, is
+held as variables and optional per call: the beam search of a batch then computes the
+softmax over the batch's allowed output ids only (the step wrapper of
+:meth:`TranslatorModule.search`).
+``decoding.use_shortlist`` is the default of the functions without a ``use_shortlist``
+input; scoring given translations and greedy search always use the whole softmax.
 
 Defined behaviour at the edges: an empty (or all-whitespace) sentence translates to
 ""; a sentence longer than ``max_input_length`` wordpieces is truncated to that many
@@ -37,18 +45,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
 from gnmt_tf.config import DecodingConfig
+from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
 SCALAR = tf.TensorSpec([], tf.float32)
+SWITCH = tf.TensorSpec([], tf.bool)
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
 
 
@@ -71,6 +81,10 @@ class TranslatorModule(tf.Module):
             with ``int8_weights``) so that each step gathers a row instead of a product
             (Devlin 2017). A snapshot of the weights: only for a model that will not change
             (an export, a loaded checkpoint), not for one still training.
+        shortlist: a :class:`gnmt_tf.data.shortlist.Shortlist` of the model's vocabulary, held
+            as variables (:attr:`shortlist` is then its :class:`~gnmt_tf.data.shortlist.ShortlistTables`,
+            else None); ``decoding.use_shortlist`` says whether the functions without a
+            ``use_shortlist`` input use it.
 
     Functions (the SavedModel signatures):
 
@@ -83,6 +97,13 @@ class TranslatorModule(tf.Module):
       and the wordpieces the attention refers to, ``source_pieces`` [batch, source] and
       ``target_pieces`` [batch, n_best, target] (padded with "").
 
+    With a shortlist, also (the same with a bool scalar input ``use_shortlist``):
+
+    * ``translate_with_shortlist(sentences, alpha, beta, beamsize, use_shortlist)``: as
+      ``translate_with_options``;
+    * ``translate_nbest_with_shortlist(sentences, alpha, beta, beamsize, use_shortlist)``: as
+      ``translate_nbest``.
+
     alpha, beta and beamsize must be finite float32 >= 0 (:mod:`gnmt_tf.decoding.options`): every
     function taking them as inputs raises ``InvalidArgumentError`` for another value (TF Serving:
     INVALID_ARGUMENT) before any search; the config's values are checked in Python here, when the
@@ -91,6 +112,7 @@ class TranslatorModule(tf.Module):
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
                  int8_weights=None, jit_step: bool = False, precompute_target_inputs: bool = False,
+                 shortlist: Optional[Shortlist] = None,
                  name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
@@ -115,11 +137,23 @@ class TranslatorModule(tf.Module):
         self.max_input_length = max_input_length
         # Checked here in Python: translate (and the TFLite export of it) uses them without graph checks.
         self._defaults = tuple(check_search_option(name, getattr(decoding, name)) for name in SEARCH_OPTIONS)
+        if shortlist is not None and shortlist.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"the shortlist is for {shortlist.vocab_size} wordpieces, the tokenizer has "
+                             f"{tokenizer.vocab_size}")
+        self.shortlist = ShortlistTables(shortlist, name="shortlist") if shortlist is not None else None
+        # The default of the functions without a use_shortlist input: the config's, where there is one.
+        self.uses_shortlist = bool(decoding.use_shortlist and self.shortlist is not None)
         self.translate = tf.function(self._translate, input_signature=[SENTENCES])
         self.translate_with_options = tf.function(
             self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
         )
         self.translate_nbest = tf.function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
+        if self.shortlist is not None:
+            switched = [SENTENCES, SCALAR, SCALAR, SCALAR, SWITCH]
+            self.translate_with_shortlist = tf.function(self._translate_with_shortlist,
+                                                        input_signature=switched)
+            self.translate_nbest_with_shortlist = tf.function(self._translate_nbest_with_shortlist,
+                                                              input_signature=switched)
         # The Python API's compiled pieces, made on first use (not saved: not attributes tf.Module tracks).
         object.__setattr__(self, "_compiled", {})
 
@@ -149,12 +183,18 @@ class TranslatorModule(tf.Module):
         return self.preprocess(sentences)[0]
 
     # ------------------------------------------------------------------ search
-    def search(self, source_ids, strategy, time_loop=None):
+    def search(self, source_ids, strategy, time_loop=None, use_shortlist: Union[bool, tf.Tensor] = False):
         """Encode ``source_ids`` [batch, source] and run ``strategy`` (:mod:`gnmt_tf.decoding`).
 
         ``time_loop``: how the encoder iterates time (:mod:`gnmt_tf.layers.recurrence`; the
-        TFLite exporter passes its own).
+        TFLite exporter passes its own). ``use_shortlist`` (a bool, or a bool tensor chosen per
+        call): every step computes only the logits of the batch's allowed output ids
+        (:meth:`gnmt_tf.data.shortlist.ShortlistTables.allowed_ids`, at least the strategy's
+        rows per search besides EOS); False: the whole softmax, as without a shortlist.
         """
+        if use_shortlist is not False and self.shortlist is None:
+            raise ValueError("this translator has no vocabulary shortlist (python -m gnmt_tf.shortlist "
+                             "builds one)")
         with self._weights():
             memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
             step = self.model.step
@@ -162,8 +202,20 @@ class TranslatorModule(tf.Module):
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
             if self.jit_step:
                 step = tf.function(step, jit_compile=True)
-            return decode(step, self.model.initial_state(memory), memory.mask, strategy,
-                          max_length_ratio=self.decoding.max_length_ratio)
+
+            def run(step_fn):
+                return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
+                              max_length_ratio=self.decoding.max_length_ratio)
+
+            def run_shortlisted():
+                output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
+                return run(lambda state, tokens: step(state, tokens, output_ids=output_ids))
+
+            if use_shortlist is False:
+                return run(step)
+            if use_shortlist is True:
+                return run_shortlisted()
+            return tf.cond(use_shortlist, run_shortlisted, lambda: run(step))
 
     def _weights(self):
         """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
@@ -172,11 +224,11 @@ class TranslatorModule(tf.Module):
         return contextlib.nullcontext()
 
     def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
-                    return_attention: bool, time_loop=None):
+                    return_attention: bool, time_loop=None, use_shortlist: Union[bool, tf.Tensor] = False):
         """Section 7's beam search of ``source_ids``: a :class:`gnmt_tf.decoding.BeamSearchOutput`."""
         strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
                               return_attention=return_attention, eos_rule=self.decoding.eos_rule)
-        return self.search(source_ids, strategy, time_loop)
+        return self.search(source_ids, strategy, time_loop, use_shortlist)
 
     # ------------------------------------------------------------------ postprocess
     def postprocess(self, source_ids, ids) -> tf.Tensor:
@@ -211,10 +263,16 @@ class TranslatorModule(tf.Module):
         return tuple(assert_search_options(**options).values())
 
     def nbest_outputs(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
-                      return_attention: bool, time_loop=None) -> Dict[str, tf.Tensor]:
-        """Search and postprocess: every output of ``translate_nbest`` from source ids."""
+                      return_attention: bool, time_loop=None,
+                      use_shortlist: Union[bool, tf.Tensor, None] = None) -> Dict[str, tf.Tensor]:
+        """Search and postprocess: every output of ``translate_nbest`` from source ids.
+
+        ``use_shortlist``: see :meth:`search`; None: the module's default (:attr:`uses_shortlist`).
+        """
+        if use_shortlist is None:
+            use_shortlist = self.uses_shortlist
         output = self.beam_search(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention,
-                                  time_loop)
+                                  time_loop, use_shortlist)
         empty = tf.reshape(self._empty(source_ids), [-1, 1])
         outputs = {
             "translations": self.postprocess(source_ids, output.ids),
@@ -228,14 +286,17 @@ class TranslatorModule(tf.Module):
                            target_pieces=self.piece_strings(output.ids))
         return outputs
 
-    def _translate_with_options(self, sentences, alpha, beta, beamsize):
+    def _translate_with_options(self, sentences, alpha, beta, beamsize, use_shortlist=None):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
-        return self._best_translations(sentences, alpha, beta, beamsize)
+        return self._best_translations(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
 
-    def _best_translations(self, sentences, alpha, beta, beamsize, time_loop=None):
+    def _best_translations(self, sentences, alpha, beta, beamsize, time_loop=None, use_shortlist=None):
         outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width, 1,
-                                     False, time_loop)
+                                     False, time_loop, use_shortlist)
         return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
+
+    def _translate_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
+        return self._translate_with_options(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
 
     @property
     def default_options(self):
@@ -258,25 +319,33 @@ class TranslatorModule(tf.Module):
         """
         return self._best_translations(sentences, *self._default_options(), time_loop=time_loop)
 
-    def _translate_nbest(self, sentences, alpha, beta, beamsize):
+    def _translate_nbest(self, sentences, alpha, beta, beamsize, use_shortlist=None):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
         outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width,
-                                     self.n_best, True)
+                                     self.n_best, True, use_shortlist=use_shortlist)
         del outputs["log_probs"], outputs["ids"]
         return outputs
 
+    def _translate_nbest_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
+        return self._translate_nbest(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
+
     def signatures(self):
-        """The SavedModel signatures: serving_default, translate_with_options, translate_nbest.
+        """The SavedModel signatures: serving_default, translate_with_options, translate_nbest, and
+        with a shortlist translate_with_shortlist and translate_nbest_with_shortlist.
 
         The functions themselves, not concrete functions: ``tf.saved_model.save`` traces them
         in its save context, and a concrete function traced outside it would be a second copy
         of the whole graph in saved_model.pb.
         """
-        return {
+        signatures = {
             "serving_default": self.translate,
             "translate_with_options": self.translate_with_options,
             "translate_nbest": self.translate_nbest,
         }
+        if self.shortlist is not None:
+            signatures.update(translate_with_shortlist=self.translate_with_shortlist,
+                              translate_nbest_with_shortlist=self.translate_nbest_with_shortlist)
+        return signatures
 
     # ------------------------------------------------------------------ compiled pieces for Python
     def compiled(self, key: tuple, make):
@@ -288,16 +357,18 @@ class TranslatorModule(tf.Module):
     def compiled_preprocess(self):
         return self.compiled(("preprocess",), lambda: tf.function(self.preprocess, input_signature=[SENTENCES]))
 
-    def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool):
+    def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool,
+                       use_shortlist: bool = False):
         """``nbest_outputs`` on source ids, traced for these static settings (alpha, beta, beamsize are inputs)."""
         def make():
             def search(source_ids, alpha, beta, beamsize):
                 alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
-                return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention)
+                return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best,
+                                          return_attention, use_shortlist=use_shortlist)
 
             return tf.function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
 
-        return self.compiled(("nbest", beam_width, n_best, return_attention), make)
+        return self.compiled(("nbest", beam_width, n_best, return_attention, use_shortlist), make)
 
     def compiled_greedy(self):
         """Greedy translations of source ids (quick dev BLEU during training)."""
@@ -364,6 +435,8 @@ class Translator:
         precompute_target_inputs: gather the bottom decoder layer's input projection from a
             table computed now (see :class:`TranslatorModule`); only for a model whose weights
             will not change while this translator is used.
+        shortlist: the model's vocabulary shortlist (:func:`gnmt_tf.model_dir.read_shortlist`),
+            used when ``decoding.use_shortlist`` or a call's ``use_shortlist`` says so.
 
     Attributes:
         module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
@@ -375,9 +448,9 @@ class Translator:
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
                  max_input_length: int = 250, truncate_long_inputs: bool = True,
-                 precompute_target_inputs: bool = False):
+                 precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None):
         self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length,
-                                       precompute_target_inputs=precompute_target_inputs)
+                                       precompute_target_inputs=precompute_target_inputs, shortlist=shortlist)
         self.batch_size = batch_size
         self.truncate_long_inputs = truncate_long_inputs
         self.truncated = 0
@@ -434,7 +507,7 @@ class Translator:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
         Keyword overrides: beam_width, alpha, beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9,
-        disables pruning).
+        disables pruning), use_shortlist.
         """
         return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
 
@@ -447,18 +520,25 @@ class Translator:
         alpha: Optional[float] = None,
         beta: Optional[float] = None,
         beamsize: Optional[float] = None,
+        use_shortlist: Optional[bool] = None,
     ) -> List[List[Translation]]:
         """n-best lists (best first) of :class:`Translation`; an empty sentence gets ``[]``.
 
         ``alpha``, ``beta`` and ``beamsize`` must be finite and >= 0 (ValueError otherwise).
+        ``use_shortlist``: decode with the vocabulary shortlist (True; the translator must have
+        one), without it (False), or as ``decoding.use_shortlist`` says when there is one (None).
         """
         d = self.decoding
         beam_width = beam_width or d.beam_width
         n_best = n_best or d.n_best
         if n_best > beam_width:
             raise ValueError(f"n_best ({n_best}) must not exceed beam_width ({beam_width})")
+        if use_shortlist and self.module.shortlist is None:
+            raise ValueError("use_shortlist: this translator has no vocabulary shortlist (python -m "
+                             "gnmt_tf.shortlist --model-dir DIR builds one)")
+        use_shortlist = self.module.uses_shortlist if use_shortlist is None else bool(use_shortlist)
+        search = self.module.compiled_nbest(beam_width, n_best, return_attention, use_shortlist)
         options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)
-        search = self.module.compiled_nbest(beam_width, n_best, return_attention)
         results: List[List[Translation]] = [[] for _ in sentences]
         for chunk, batch, source_lengths in self._batches(*self._preprocess(sentences)):
             out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}

@@ -33,6 +33,11 @@ def matmul(x: tf.Tensor, kernel) -> tf.Tensor:
     return tf.tensordot(x, kernel, axes=1)
 
 
+def kernel_columns(kernel, columns: Optional[tf.Tensor]):
+    """The output units ``columns`` of a ``[input, output]`` kernel (all of it for None)."""
+    return kernel if columns is None else tf.gather(kernel, columns, axis=1)
+
+
 class WeightTransform:
     """The float weights as they are; subclasses replace some of them.
 
@@ -47,9 +52,9 @@ class WeightTransform:
         """The float values a product with ``kernel`` uses (a transform with float products replaces this)."""
         return kernel
 
-    def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
-        """``x @ kernel``."""
-        return matmul(x, self.float_kernel(kernel))
+    def product(self, x: tf.Tensor, kernel: tf.Variable, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """``x @ kernel``; with ``columns`` (int32 [n]) only those output units, ``[..., n]``."""
+        return matmul(x, kernel_columns(self.float_kernel(kernel), columns))
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]``, for an ``x`` that is that slice of the kernel's input.
@@ -89,18 +94,24 @@ class WeightReader:
     def transform(self) -> WeightTransform:
         return self._transform
 
-    def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
-        """``x @ kernel`` under the current transform."""
-        return self._transform.product(x, kernel)
+    def product(self, x: tf.Tensor, kernel: tf.Variable, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """``x @ kernel`` under the current transform (only the output units ``columns``, if given)."""
+        return self._transform.product(x, kernel, columns)
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]`` under the current transform (see :meth:`WeightTransform.partial_product`)."""
         return self._transform.partial_product(kernel, rows)
 
-    def dense(self, layer, x: tf.Tensor) -> tf.Tensor:
-        """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform."""
-        y = self.product(x, layer.kernel)
-        return y + layer.bias if layer.use_bias else y
+    def dense(self, layer, x: tf.Tensor, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform.
+
+        With ``columns`` (int32 [n]), only those output units: the kernel's columns and the
+        bias entries at ``columns``, ``[..., n]`` (a vocabulary shortlist's softmax).
+        """
+        y = self.product(x, layer.kernel, columns)
+        if not layer.use_bias:
+            return y
+        return y + (layer.bias if columns is None else tf.gather(layer.bias, columns))
 
     def lookup(self, layer, ids) -> tf.Tensor:
         """A built ``keras.layers.Embedding`` looked up at ``ids``, its table read through the transform."""

@@ -124,11 +124,26 @@ class GNMTDecoder(keras.layers.Layer):
         super().build(input_shape)
 
     # ----------------------------------------------------------------- shared pieces
-    def logits(self, top: tf.Tensor, training=None) -> tf.Tensor:
-        """The top decoder output through dropout and the softmax projection, clipped (eq. 13)."""
+    def logits(self, top: tf.Tensor, training=None, output_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """The top decoder output through dropout and the softmax projection, clipped (eq. 13).
+
+        ``output_ids`` (int32 [n], distinct; a vocabulary shortlist, :mod:`gnmt_tf.data.shortlist`):
+        only those logits are computed, from the softmax kernel's columns and bias entries at
+        ``output_ids`` (where the softmax's FLOPs go), and every other id gets -inf, so the
+        row still spans the vocabulary and a search over it never picks one.
+        """
         if training is not False:  # decoding steps: no dropout op in the graph
             top = self.output_dropout(top, training=training)
-        return clip_logits(self.weight_reader.dense(self.softmax_projection, top), self.config.logit_clip)
+        logits = clip_logits(self.weight_reader.dense(self.softmax_projection, top, output_ids),
+                             self.config.logit_clip)
+        if output_ids is None:
+            return logits
+        # Column 0 is -inf; id v reads column 1 + (its place in output_ids), or column 0 if absent.
+        place = tf.scatter_nd(tf.expand_dims(output_ids, 1), tf.range(1, tf.size(output_ids) + 1),
+                              [self.config.vocab_size])
+        excluded = tf.fill(tf.concat([tf.shape(logits)[:-1], [1]], axis=0),
+                           tf.constant(float("-inf"), logits.dtype))
+        return tf.gather(tf.concat([excluded, logits], axis=-1), place, axis=logits.shape.rank - 1)
 
     def bottom_input(self, embedded: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
         """What the bottom layer reads: the embedded token, and with input feeding the last context."""
@@ -198,11 +213,13 @@ class GNMTDecoder(keras.layers.Layer):
         return DecoderState(layers=layers, context=context, memory=memory)
 
     def step(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
-             projected: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+             projected: Optional[tf.Tensor] = None,
+             output_ids: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """One token per sentence -> (logits [B, V], probs [B, S], new state).
 
         The token comes as ``embedded`` [B, E], or as ``projected`` [B, 4 units]: the bottom
-        layer's input projection already made (:class:`TargetInputProjection`).
+        layer's input projection already made (:class:`TargetInputProjection`). ``output_ids``:
+        a vocabulary shortlist (see :meth:`logits`).
         """
         if projected is None:
             projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context))
@@ -210,4 +227,4 @@ class GNMTDecoder(keras.layers.Layer):
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
         new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
-        return self.logits(top, training=False), probs, new_state
+        return self.logits(top, training=False, output_ids=output_ids), probs, new_state

@@ -9,6 +9,7 @@ Decoding, one token at a time (what beam search and sampling call)::
     memory = model.encode(source_ids)
     state = model.initial_state(memory)
     logits, attention_probs, state = model.step(state, token_ids)
+    logits, attention_probs, state = model.step(state, token_ids, output_ids=allowed)  # a shortlist
 
 Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
 is masked in every layer, so it never changes a real position's output.
@@ -240,16 +241,18 @@ class GNMT(keras.Model):
         """The decoder state before the first target token (zeros, plus the memory)."""
         return self.decoder.initial_state(memory)
 
-    def step(self, state: DecoderState, token_ids,
+    def step(self, state: DecoderState, token_ids, output_ids=None,
              target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
 
+        ``output_ids`` (int32 [n], distinct): a vocabulary shortlist; only those logits are
+        computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
         ``target_inputs``: read the bottom layer's input projection of the tokens from a
         precomputed table (:meth:`target_input_projection`) instead of embedding them.
         """
         if target_inputs is None:
-            return self.decoder.step(state, self.embed_target(token_ids))
-        return self.decoder.step(state, projected=target_inputs(token_ids, state.context))
+            return self.decoder.step(state, self.embed_target(token_ids), output_ids=output_ids)
+        return self.decoder.step(state, projected=target_inputs(token_ids, state.context), output_ids=output_ids)
 
     def target_input_table(self) -> tf.Tensor:
         """The bottom decoder layer's input projection of every target token: [V, 4 units] (Devlin 2017).

@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf.layers.weights import WeightTransform, matmul
+from gnmt_tf.layers.weights import WeightTransform, kernel_columns, matmul
 from gnmt_tf.quantization import int8 as quantization
 
 PRODUCTS = ("int8", "float")
@@ -102,12 +102,15 @@ class Int8Weights(WeightTransform, tf.Module):
     def exit(self) -> None:
         object.__setattr__(self, "_dequantized", None)
 
-    def product(self, x: tf.Tensor, kernel) -> tf.Tensor:
+    def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
         if self._dequantized is not None and kernel.ref() in self._dequantized:
-            return matmul(x, self._dequantized[kernel.ref()])
+            return matmul(x, kernel_columns(self._dequantized[kernel.ref()], columns))
         parts = self._kernels.get(kernel.ref())
         if parts is None:
-            return matmul(x, kernel)
+            return matmul(x, kernel_columns(kernel, columns))
+        if columns is not None:  # one scale (and offset) per output unit: the columns' own
+            parts = (kernel_columns(parts[0], columns),) + tuple(
+                None if part is None else tf.gather(part, columns) for part in parts[1:])
         return quantization.int8_matmul(x, *parts)
 
     def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:

@@ -264,6 +264,34 @@ def test_batch_invariance():
         )
 
 
+def test_a_shortlist_of_every_id_changes_nothing_and_a_smaller_one_is_obeyed():
+    """Beam search over the step with a vocabulary shortlist (the step's output_ids): with every
+    id it is the search without one; with fewer ids it never outputs another."""
+    model = tiny_gnmt(vocab_size=12, seed=7, scale=0.8)
+    sources = np.array([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]], np.int32)
+    settings = dict(beam_width=3, n_best=3, alpha=0.2, beta=0.2, beamsize=INF, return_attention=True)
+    memory = model.encode(sources)
+
+    def search(output_ids):
+        step = lambda state, tokens: model.step(state, tokens, output_ids=output_ids)  # noqa: E731
+        return beam_search(step, model.initial_state(memory), memory.mask, **settings)
+
+    full = gnmt_search(model, sources, **settings)
+    everything = search(tf.range(12))
+    for field in ("ids", "lengths"):
+        np.testing.assert_array_equal(getattr(everything, field).numpy(), getattr(full, field).numpy())
+    for field in ("scores", "log_probs", "attention"):
+        np.testing.assert_allclose(getattr(everything, field).numpy(), getattr(full, field).numpy(), atol=1e-5)
+    used = {int(token) for row in range(2) for tokens, _ in hypotheses(full, row) for token in tokens}
+    assert used, "the unrestricted search outputs some non-special token"
+    banned = max(used, key=lambda token: sum(token in tokens for row in range(2)
+                                             for tokens, _ in hypotheses(full, row)))
+    allowed = [token for token in range(12) if token != banned]
+    restricted = search(tf.constant(allowed, tf.int32))
+    outputs = [tokens for row in range(2) for tokens, _ in hypotheses(restricted, row)]
+    assert outputs and all(banned not in tokens for tokens in outputs)
+
+
 def test_scores_are_eq14_of_the_returned_hypotheses():
     model = tiny_gnmt(vocab_size=10, seed=7, scale=1.0)
     source = np.array([[4, 6, 8, EOS_ID]], np.int32)

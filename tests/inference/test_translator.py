@@ -9,7 +9,7 @@ import pytest
 from gnmt_tf import model_dir as layout
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
-from helpers import run_each_in_process
+from helpers import run_each_in_process, shortlist_excluding
 
 
 
@@ -54,6 +54,45 @@ def test_batching_does_not_change_translations(translator):
     together = translator.translate(sentences)
     one_by_one = [translator.translate([s])[0] for s in sentences]
     assert together == one_by_one
+
+
+SHORTLIST_SENTENCES = ["three one four", "nine nine", "", "one two three four five six seven", "five", "one"]
+
+
+def test_a_shortlist_left_off_changes_nothing_and_one_turned_on_is_obeyed(translator):
+    """Off (decoding.use_shortlist's default), a translator holding a shortlist decodes exactly as one
+    without; on, a shortlist without "▁un" never outputs it, and one with every id changes no translation."""
+    tokenizer = translator.tokenizer
+    un = tokenizer.pieces.index("\u2581un")
+    shortlisted = Translator(translator.model, tokenizer, translator.decoding, max_input_length=12,
+                             shortlist=shortlist_excluding(tokenizer.vocab_size, [un]))
+    assert not translator.decoding.use_shortlist
+    settings = dict(n_best=2, beamsize=float("inf"), return_attention=True)
+
+    def without_attention(lists):
+        return [[h._replace(attention=None) for h in nbest] for nbest in lists]
+
+    plain = translator.translate_nbest(SHORTLIST_SENTENCES, **settings)
+    off = shortlisted.translate_nbest(SHORTLIST_SENTENCES, **settings)
+    # Identical (the same graph: no shortlist op in it), scores and attention to the last bit.
+    assert without_attention(off) == without_attention(plain)
+    for plain_list, off_list in zip(plain, off):
+        for a, b in zip(plain_list, off_list):
+            np.testing.assert_array_equal(a.attention, b.attention)
+    explicitly_off = shortlisted.translate_nbest(SHORTLIST_SENTENCES, use_shortlist=False, **settings)
+    assert without_attention(explicitly_off) == without_attention(plain)
+    assert any("\u2581un" in h.target_pieces for nbest in plain for h in nbest)  # the model does output it
+
+    on = shortlisted.translate_nbest(SHORTLIST_SENTENCES, use_shortlist=True, **settings)
+    assert [len(nbest) for nbest in on] == [len(nbest) for nbest in plain]
+    assert not any("\u2581un" in h.target_pieces for nbest in on for h in nbest)
+
+    everything = Translator(translator.model, tokenizer, translator.decoding, max_input_length=12,
+                            shortlist=shortlist_excluding(tokenizer.vocab_size, []))
+    assert everything.translate(SHORTLIST_SENTENCES, use_shortlist=True) == \
+        translator.translate(SHORTLIST_SENTENCES)
+    with pytest.raises(ValueError, match="no vocabulary shortlist"):
+        translator.translate(["one"], use_shortlist=True)
 
 
 def test_translate_cli_keeps_order_and_blank_lines(trained_number_model, tmp_path):

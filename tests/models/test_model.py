@@ -83,6 +83,28 @@ def test_step_api_equals_teacher_forcing(input_feeding):
     assert np.all(probs.numpy()[0, :, 4:] == 0.0)
 
 
+@pytest.mark.parametrize("logit_clip", [25.0, 0.3], ids=["unclipped", "clipped"])
+def test_step_with_output_ids_computes_only_those_logits(logit_clip):
+    """A vocabulary shortlist's step: NumPy's logits (eq. 13, clip included) at the ids given, -inf elsewhere."""
+    model = build(tiny_model_config(logit_clip=logit_clip), weight_scale=0.5)
+    rng = np.random.default_rng(4)
+    source = random_ids(rng, 2, 6, 64)
+    target = random_ids(rng, 2, 4, 64)
+    output_ids = np.sort(rng.choice(64, size=17, replace=False)).astype(np.int32)
+    excluded = np.setdiff1d(np.arange(64), output_ids)
+    state = model.initial_state(model.encode(source))
+    references = [reference_logits(model, source[b], target[b])[0] for b in range(2)]
+    for t in range(4):
+        logits, _, state = model.step(state, target[:, t], output_ids=tf.constant(output_ids))
+        logits = logits.numpy()
+        assert logits.shape == (2, 64)
+        for b in range(2):
+            np.testing.assert_allclose(logits[b, output_ids], references[b][t, output_ids], rtol=1e-4, atol=1e-4)
+            assert np.all(logits[b, excluded] == -np.inf)
+    if logit_clip < 1:  # eq. 13's clip is really reached among the ids computed
+        assert np.isclose(np.abs(logits[:, output_ids]).max(), logit_clip)
+
+
 def expected_parameter_count(V, H, E, A, enc_layers, dec_layers, input_feeding, direction=None):
     """Derived by hand from section 3: no biases in the paper's cell (eq. 11)."""
     direction = direction or H // 2

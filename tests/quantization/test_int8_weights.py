@@ -64,6 +64,21 @@ def test_int8_products_differ_from_float_products_only_by_activation_rounding(mo
     assert 0 < difference.max() < 0.05 * np.abs(dequantized).max()
 
 
+@pytest.mark.parametrize("products", ["float", "int8"])
+def test_int8_logits_of_a_shortlist_are_the_full_int8_logits_at_its_ids(model, rng, products):
+    """The softmax kernel's columns keep their own eq. 12 scales: restricting them changes no logit computed."""
+    vocab = model.model_config.vocab_size
+    source = random_ids(rng, 2, 6, vocab)
+    tokens = tf.constant(random_ids(rng, 2, 1, vocab)[:, 0])
+    output_ids = np.sort(rng.choice(vocab, size=9, replace=False)).astype(np.int32)
+    with model.transformed_weights(Int8Weights(model, products=products)):
+        state = model.initial_state(model.encode(source))
+        full, _, _ = model.step(state, tokens)
+        restricted, _, _ = model.step(state, tokens, output_ids=tf.constant(output_ids))
+    np.testing.assert_allclose(restricted.numpy()[:, output_ids], full.numpy()[:, output_ids], rtol=1e-6, atol=1e-6)
+    assert np.all(np.delete(restricted.numpy(), output_ids, axis=1) == -np.inf)
+
+
 def test_graphs_traced_inside_the_context_capture_only_int8_weights(model):
     int8 = Int8Weights(model)
     source = tf.constant([[5, 6, 2]])

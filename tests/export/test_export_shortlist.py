@@ -1,0 +1,99 @@
+"""Exports of a model with a vocabulary shortlist: the SavedModel switches it per request, TFLite keeps the
+export's setting, and with it off both translate as the export of the same model without one."""
+
+import os
+import shutil
+import sys
+
+import pytest
+import tensorflow as tf
+
+from export.exporters import ExportRequest, export
+from gnmt_tf import model_dir as layout
+from helpers import run_in_process, shortlist_excluding
+
+SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "one one", "eight six"]
+UN = "\u2581un"
+
+
+@pytest.fixture(scope="module")
+def model_without_un(trained_number_model, tmp_path_factory):
+    """A copy of the fixture model whose shortlist allows every wordpiece but "▁un"."""
+    model_dir, _ = trained_number_model
+    copy = str(tmp_path_factory.mktemp("shortlisted") / "model")
+    shutil.copytree(model_dir, copy)
+    _, tokenizer = layout.load_metadata(copy)
+    layout.write_shortlist(copy, shortlist_excluding(tokenizer.vocab_size, [tokenizer.pieces.index(UN)]))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def saved_model(model_without_un, tmp_path_factory):
+    logs = []
+    base = str(tmp_path_factory.mktemp("sl") / "gnmt")
+    target = export(ExportRequest(model_dir=model_without_un, output=base, log=logs.append), "saved_model")
+    return tf.saved_model.load(target), logs
+
+
+def texts(outputs):
+    return [text.decode("utf-8") for text in outputs["translations"].numpy()]
+
+
+def test_saved_model_switches_the_shortlist_per_request(saved_model, exported_number_model):
+    loaded, logs = saved_model
+    assert any("translate identically with the shortlist on and off" in line for line in logs)
+    assert set(loaded.signatures) == {"serving_default", "translate_with_options", "translate_nbest",
+                                      "translate_with_shortlist", "translate_nbest_with_shortlist"}
+    # Existing clients: the signatures they call take the same inputs as before.
+    assert set(loaded.signatures["translate_with_options"].structured_input_signature[1]) == {
+        "sentences", "alpha", "beta", "beamsize"}
+    sentences = tf.constant(SENTENCES)
+    options = dict(alpha=tf.constant(0.2), beta=tf.constant(0.2), beamsize=tf.constant(3.0))
+
+    # Off by default (decoding.use_shortlist): the same outputs as the export without a shortlist.
+    without = tf.saved_model.load(exported_number_model).signatures["serving_default"](sentences=sentences)
+    default = loaded.signatures["serving_default"](sentences=sentences)
+    assert texts(default) == texts(without) and texts(default)[0] == "trois un quatre"
+    assert default["scores"].numpy().tolist() == without["scores"].numpy().tolist()
+    off = loaded.signatures["translate_with_shortlist"](sentences=sentences, use_shortlist=tf.constant(False),
+                                                         **options)
+    assert texts(off) == texts(loaded.signatures["translate_with_options"](sentences=sentences, **options))
+
+    on = loaded.signatures["translate_with_shortlist"](sentences=sentences, use_shortlist=tf.constant(True),
+                                                        **options)
+    assert not any("un" in text.split() for text in texts(on))
+    assert texts(on)[2] == "neuf" and texts(on)[1] == ""  # sentences without "un" translate as before
+    nbest_with_shortlist = loaded.signatures["translate_nbest_with_shortlist"]
+    nbest = nbest_with_shortlist(sentences=sentences, use_shortlist=tf.constant(True), **options)
+    pieces = [p.decode("utf-8") for p in nbest["target_pieces"].numpy().ravel()]
+    assert pieces and UN not in pieces
+    plain_nbest = loaded.signatures["translate_nbest"](sentences=sentences, **options)
+    assert UN in [p.decode("utf-8") for p in plain_nbest["target_pieces"].numpy().ravel()]
+
+
+def test_tflite_export_keeps_the_exports_setting(model_without_un, tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    from export.tflite import TFLiteTranslator, custom_ops
+
+    base = str(tmp_path / "gnmt_tflite")
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", model_without_un,
+                             "--output", base, "--format", "tflite", "--shortlist"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on by default" in result.stdout
+    assert "checked:" in result.stdout  # translates as the Python translator with the shortlist on
+    version = os.path.join(base, "1")
+    ops = open(os.path.join(version, "translator.ops.txt"), encoding="utf-8").read().split()
+    assert {"SCATTER_ND", "WHERE", "BATCH_MATMUL"} <= set(ops)  # the shortlisted softmax is in there
+    assert set(custom_ops(ops)) == {"TFText>WhitespaceTokenizeWithOffsetsV2",
+                                    "FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize"}
+    translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(SENTENCES)
+    assert not any("un" in text.split() for text in translations)
+    assert translations[2] == "neuf" and translations[1] == ""
+
+
+def test_a_shortlist_asked_for_where_there_is_none(trained_number_model, tmp_path):
+    model_dir, _ = trained_number_model
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", model_dir, "--output",
+                             str(tmp_path / "x"), "--format", "saved_model", "--shortlist"])
+    assert result.returncode == 1 and "has no vocabulary shortlist" in result.stderr
+    assert not (tmp_path / "x").exists() or not os.listdir(tmp_path / "x")
