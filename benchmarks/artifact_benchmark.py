@@ -86,6 +86,9 @@ ARTIFACTS = {
     "tflite_float": dict(runtime="tflite", format="tflite", quantize="none"),
     "tflite_int8": dict(runtime="tflite", format="tflite", quantize="int8"),
 }
+# The same with the model directory's vocabulary shortlist on (python -m gnmt_tf.shortlist builds it).
+SHORTLISTED = ("keras", "saved_model_float", "saved_model_int8", "tflite_float", "tflite_int8")
+ARTIFACTS.update({f"{name}_shortlist": dict(ARTIFACTS[name], shortlist=True) for name in SHORTLISTED})
 PAPER_VARIANTS = ("float32", "float32_xla", "int8", "int8_xla", "int8_float_products", "bfloat16", "bfloat16_xla")
 QUANT_METHODS = ("per_row", "per_column_7sigma")
 
@@ -176,6 +179,7 @@ def worker_setup(job, threads):
     from gnmt_tf.model_dir import load_model_dir
 
     model, tokenizer, config = load_model_dir(job["model_dir"])
+    shortlist, shortlisted = _shortlisted(job["model_dir"], tokenizer, config)
     out = {"tensorflow": tf.__version__, "artifacts": {}}
     parameters = int(sum(int(v.shape.num_elements()) for v in model.variables))
     out["parameters"] = parameters
@@ -190,12 +194,26 @@ def worker_setup(job, threads):
         path = os.path.join(job["work_dir"], name)
         shutil.rmtree(path, ignore_errors=True)
         started = time.perf_counter()
-        exporter.write(exporter.module(model, tokenizer, config.decoding), path)
+        if spec.get("shortlist"):
+            module = exporter.module(model, tokenizer, shortlisted, shortlist)
+        else:
+            module = exporter.module(model, tokenizer, config.decoding)
+        exporter.write(module, path)
         out["artifacts"][name] = {"path": path, "size_bytes": directory_bytes(path),
                                   "export_seconds": round(time.perf_counter() - started, 1)}
         print(f"  wrote {name}: {out['artifacts'][name]}", file=sys.stderr, flush=True)
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
+
+
+def _shortlisted(model_dir, tokenizer, config):
+    """The model directory's shortlist (None without one) and decoding settings that use it."""
+    import dataclasses
+
+    from gnmt_tf.model_dir import read_shortlist
+
+    return (read_shortlist(model_dir, vocab_size=tokenizer.vocab_size),
+            dataclasses.replace(config.decoding, use_shortlist=True))
 
 
 def _load_translate(tf, name, job, threads):
@@ -212,7 +230,11 @@ def _load_translate(tf, name, job, threads):
 
             # The Translator's graphs trace at their first call: every call stays inside the scope.
             stack.enter_context(model.transformed_weights(Int8Weights(model, products=spec["int8_products"])))
-        translator = Translator(model, tokenizer, config.decoding, batch_size=max(job["batches"] + [job["bleu_batch"]]))
+        decoding, shortlist = config.decoding, None
+        if spec.get("shortlist"):
+            shortlist, decoding = _shortlisted(job["model_dir"], tokenizer, config)
+        translator = Translator(model, tokenizer, decoding, batch_size=max(job["batches"] + [job["bleu_batch"]]),
+                                shortlist=shortlist, precompute_target_inputs=True)
         return translator.translate, stack
     path = job["paths"][name]
     if spec["format"] == "saved_model":
