@@ -89,7 +89,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.weights import WeightTransform, kernel_columns, matmul
+from gnmt_tf.layers.weights import WeightTransform, matmul
 
 # The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
 #
@@ -237,7 +237,12 @@ class QuantizationAwareTraining(WeightTransform):
         return kernel + tf.stop_gradient(quantized - kernel)  # == quantized; straight-through gradient
 
     def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
-        return matmul(x, kernel_columns(self.fake_quantize(kernel) if self.quantizes(kernel) else kernel, columns))
+        if columns is not None:
+            return matmul(x, columns)
+        return matmul(x, self.fake_quantize(kernel) if self.quantizes(kernel) else kernel)
+
+    def columns(self, kernel, ids):
+        return tf.gather(self.fake_quantize(kernel) if self.quantizes(kernel) else kernel, ids, axis=1)
 
 
 def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None):
