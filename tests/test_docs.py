@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import pytest
 
-from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, run_in_process, run_side_by_side
+from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, number_word_pairs, run_in_process, run_side_by_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -111,6 +111,7 @@ FRAGMENTS = {
     "gnmt_tf.train --strategy NAME": "NAME stands for any of the strategies listed after it",
     "export --format saved_model": "names one option of the export command shown in full above it",
     "export ... --quantize int8": "the elided export command shown in full in README.md",
+    "export ... --shortlist": "the elided export command shown in full in docs/tflite.md",
 }
 
 # Documented commands that are only parsed here, and why they cannot run in seconds.
@@ -158,6 +159,13 @@ PARSE_ONLY = {
     "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite":
         "a TFLite conversion: tests/export/test_export_saved_model.py runs this command line and translates "
         "with the result",
+    "gnmt_tf.shortlist --model-dir runs/en-fr":
+        "reads this machine's 60k gettext catalog pairs with the model's wordpieces; tests/cli/test_shortlist_cli.py "
+        "runs the command with --train on the number task (the docs' world has a shortlist learned from it)",
+    "gnmt_tf.shortlist --model-dir DIR": "DIR stands for a model; the command is the one above it",
+    "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite --shortlist":
+        "a TFLite conversion: tests/export/test_export_shortlist.py runs this command line on a model with a "
+        "shortlist and translates with the result",
     "serving.server --model_name gnmt --model_base_path $PWD/serving_models/gnmt":
         "docs/serving.md's server command, which runs here, with the ports 8500 and 8501 that may be taken "
         "on a shared machine",
@@ -189,7 +197,7 @@ def number_sentence(text):
 def test_the_docs_have_commands_for_every_user():
     modules = {command.module for command in COMMANDS}
     assert {"gnmt_tf.train", "gnmt_tf.translate", "gnmt_tf.evaluate", "gnmt_tf.average", "gnmt_tf.report",
-            "gnmt_tf.summary", "export", "serving.server", "serving.client"} <= modules
+            "gnmt_tf.summary", "gnmt_tf.shortlist", "export", "serving.server", "serving.client"} <= modules
 
 
 def test_every_documented_command_is_run_or_says_why_not():
@@ -233,6 +241,7 @@ class DocsWorld:
         self.root = str(root)
         self.model_dir = os.path.join(self.root, "runs", "en-fr")
         shutil.copytree(model_dir, self.model_dir)
+        write_number_shortlist(self.model_dir)
         with open(self.path("in.txt"), "w", encoding="utf-8") as handle:
             handle.writelines(line + "\n" for line in IN_TXT)
         with open(self.path("pairs.tsv"), "w", encoding="utf-8") as handle:
@@ -267,6 +276,17 @@ class DocsWorld:
             with open(self.path(command.stdin_file), encoding="utf-8") as handle:
                 return handle.read()
         return None
+
+
+def write_number_shortlist(model_dir):
+    """The vocabulary shortlist of the number task, as python -m gnmt_tf.shortlist --train would learn it."""
+    from gnmt_tf import model_dir as layout
+    from gnmt_tf.data import shortlist as shortlists
+
+    _, tokenizer = layout.load_metadata(model_dir)
+    sources, targets = shortlists.wordpiece_pairs(number_word_pairs(2000, seed=1, min_len=1), tokenizer.tokenize)
+    layout.write_shortlist(model_dir, shortlists.learn_shortlist(sources, targets, tokenizer.vocab_size, top_k=3,
+                                                                 frequent=0, iterations=5))
 
 
 def add_third_checkpoint(model_dir):
@@ -332,6 +352,7 @@ def check_evaluate(command, result, world):
     assert report["sentences"] == len(pairs) and report["skipped_lines"] == 0
     assert report["bleu"] > 70 and report["bleu_text"].startswith(f"BLEU = {report['bleu']:.2f}")
     assert report["signature"].startswith("nrefs:1") and report["beam_width"] == 4  # the tiny config's
+    assert report["shortlist"] is ("--shortlist" in command.args)  # decoding.use_shortlist's default: off
 
 
 def check_score(command, result, world):

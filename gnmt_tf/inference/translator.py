@@ -209,7 +209,8 @@ class TranslatorModule(tf.Module):
 
             def run_shortlisted():
                 output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
-                return run(lambda state, tokens: step(state, tokens, output_ids=output_ids))
+                columns = self.model.softmax_columns(output_ids)  # gathered once, outside the loop
+                return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
 
             if use_shortlist is False:
                 return run(step)

@@ -21,7 +21,7 @@ scope keeps that transform, one traced outside uses float weights.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -33,17 +33,22 @@ def matmul(x: tf.Tensor, kernel) -> tf.Tensor:
     return tf.tensordot(x, kernel, axes=1)
 
 
-def kernel_columns(kernel, columns: Optional[tf.Tensor]):
-    """The output units ``columns`` of a ``[input, output]`` kernel (all of it for None)."""
-    return kernel if columns is None else tf.gather(kernel, columns, axis=1)
+class DenseColumns(NamedTuple):
+    """Some output units of a Dense layer, read once (:meth:`WeightReader.dense_columns`): a vocabulary
+    shortlist's softmax. Gathering a kernel's columns is a strided copy, too slow to repeat every step."""
+
+    ids: tf.Tensor  # int32 [n]: the output units, distinct
+    kernel: Any  # their kernel columns, as the transform's product reads them ([input, n] in float)
+    bias: Optional[tf.Tensor]  # [n], or None for a layer without bias
+    positions: tf.Tensor  # int32 [output]: 1 + each unit's place in ``ids``, 0 for a unit not in it
 
 
 class WeightTransform:
     """The float weights as they are; subclasses replace some of them.
 
     Subclasses override :meth:`float_kernel` (float products with other values) or
-    :meth:`product` and :meth:`partial_product` (other products), and :meth:`lookup`,
-    for the weights they replace, and defer to this class for the others. :meth:`enter` and :meth:`exit`
+    :meth:`product`, :meth:`columns` and :meth:`partial_product` (other products), and
+    :meth:`lookup`, for the weights they replace, and defer to this class for the others. :meth:`enter` and :meth:`exit`
     run when a :class:`WeightReader` starts and stops using the transform, in the
     graph being traced (e.g. to dequantize once per call rather than once per step).
     """
@@ -52,9 +57,13 @@ class WeightTransform:
         """The float values a product with ``kernel`` uses (a transform with float products replaces this)."""
         return kernel
 
-    def product(self, x: tf.Tensor, kernel: tf.Variable, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
-        """``x @ kernel``; with ``columns`` (int32 [n]) only those output units, ``[..., n]``."""
-        return matmul(x, kernel_columns(self.float_kernel(kernel), columns))
+    def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
+        """``x @ kernel``; with ``columns`` (what :meth:`columns` gave) only those output units: [..., n]."""
+        return matmul(x, self.float_kernel(kernel) if columns is None else columns)
+
+    def columns(self, kernel: tf.Variable, ids: tf.Tensor):
+        """The output units ``ids`` (int32 [n]) of an [input, output] kernel, as :meth:`product` reads it."""
+        return tf.gather(self.float_kernel(kernel), ids, axis=1)
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]``, for an ``x`` that is that slice of the kernel's input.
@@ -94,24 +103,36 @@ class WeightReader:
     def transform(self) -> WeightTransform:
         return self._transform
 
-    def product(self, x: tf.Tensor, kernel: tf.Variable, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
-        """``x @ kernel`` under the current transform (only the output units ``columns``, if given)."""
-        return self._transform.product(x, kernel, columns)
+    def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
+        """``x @ kernel`` under the current transform."""
+        return self._transform.product(x, kernel)
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]`` under the current transform (see :meth:`WeightTransform.partial_product`)."""
         return self._transform.partial_product(kernel, rows)
 
-    def dense(self, layer, x: tf.Tensor, columns: Optional[tf.Tensor] = None) -> tf.Tensor:
+    def dense(self, layer, x: tf.Tensor, columns: Optional[DenseColumns] = None) -> tf.Tensor:
         """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform.
 
-        With ``columns`` (int32 [n]), only those output units: the kernel's columns and the
-        bias entries at ``columns``, ``[..., n]`` (a vocabulary shortlist's softmax).
+        With ``columns`` (:meth:`dense_columns` of this layer), only those output units, ``[..., n]``.
         """
-        y = self.product(x, layer.kernel, columns)
-        if not layer.use_bias:
-            return y
-        return y + (layer.bias if columns is None else tf.gather(layer.bias, columns))
+        if columns is None:
+            y = self._transform.product(x, layer.kernel)
+            return y + layer.bias if layer.use_bias else y
+        y = self._transform.product(x, layer.kernel, columns.kernel)
+        return y + columns.bias if columns.bias is not None else y
+
+    def dense_columns(self, layer, ids) -> DenseColumns:
+        """The output units ``ids`` (int32 [n], distinct) of a built ``keras.layers.Dense``, read once through
+        the transform (its kernel's columns, its bias entries) for :meth:`dense` to compute only those."""
+        ids = tf.convert_to_tensor(ids, tf.int32)
+        units = int(layer.kernel.shape[-1])
+        return DenseColumns(
+            ids=ids,
+            kernel=self._transform.columns(layer.kernel, ids),
+            bias=tf.gather(layer.bias, ids) if layer.use_bias else None,
+            positions=tf.scatter_nd(tf.expand_dims(ids, 1), tf.range(1, tf.size(ids) + 1), [units]),
+        )
 
     def lookup(self, layer, ids) -> tf.Tensor:
         """A built ``keras.layers.Embedding`` looked up at ``ids``, its table read through the transform."""

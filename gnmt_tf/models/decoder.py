@@ -37,7 +37,7 @@ from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import LSTMState, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
-from gnmt_tf.layers.weights import WeightReader
+from gnmt_tf.layers.weights import DenseColumns, WeightReader
 
 
 class DecoderState(NamedTuple):
@@ -124,26 +124,31 @@ class GNMTDecoder(keras.layers.Layer):
         super().build(input_shape)
 
     # ----------------------------------------------------------------- shared pieces
-    def logits(self, top: tf.Tensor, training=None, output_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
+    def softmax_columns(self, output_ids) -> DenseColumns:
+        """The softmax weights of the output ids ``output_ids`` (int32 [n], distinct: a vocabulary
+        shortlist, :mod:`gnmt_tf.data.shortlist`), read once per batch for :meth:`logits`."""
+        return self.weight_reader.dense_columns(self.softmax_projection, output_ids)
+
+    def logits(self, top: tf.Tensor, training=None,
+               softmax_columns: Optional[DenseColumns] = None) -> tf.Tensor:
         """The top decoder output through dropout and the softmax projection, clipped (eq. 13).
 
-        ``output_ids`` (int32 [n], distinct; a vocabulary shortlist, :mod:`gnmt_tf.data.shortlist`):
-        only those logits are computed, from the softmax kernel's columns and bias entries at
-        ``output_ids`` (where the softmax's FLOPs go), and every other id gets -inf, so the
-        row still spans the vocabulary and a search over it never picks one.
+        With ``softmax_columns`` (:meth:`softmax_columns`; ``top`` [batch, units]), only the logits
+        of those ids are computed, from the softmax kernel's columns and bias entries there (where
+        the softmax's FLOPs go), and every other id gets -inf: the row still spans the vocabulary,
+        and a search over it never picks an id outside the shortlist.
         """
         if training is not False:  # decoding steps: no dropout op in the graph
             top = self.output_dropout(top, training=training)
-        logits = clip_logits(self.weight_reader.dense(self.softmax_projection, top, output_ids),
+        logits = clip_logits(self.weight_reader.dense(self.softmax_projection, top, softmax_columns),
                              self.config.logit_clip)
-        if output_ids is None:
+        if softmax_columns is None:
             return logits
-        # Column 0 is -inf; id v reads column 1 + (its place in output_ids), or column 0 if absent.
-        place = tf.scatter_nd(tf.expand_dims(output_ids, 1), tf.range(1, tf.size(output_ids) + 1),
-                              [self.config.vocab_size])
-        excluded = tf.fill(tf.concat([tf.shape(logits)[:-1], [1]], axis=0),
-                           tf.constant(float("-inf"), logits.dtype))
-        return tf.gather(tf.concat([excluded, logits], axis=-1), place, axis=logits.shape.rank - 1)
+        # Spread over the vocabulary: row 0 of the transposed logits is -inf, id v reads row
+        # positions[v] (0 for an id not computed). Row gathers and transposes: a column gather is slower.
+        excluded = tf.fill(tf.stack([1, tf.shape(logits)[0]]), tf.constant(float("-inf"), logits.dtype))
+        spread = tf.gather(tf.concat([excluded, tf.transpose(logits)], axis=0), softmax_columns.positions)
+        return tf.transpose(spread)
 
     def bottom_input(self, embedded: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
         """What the bottom layer reads: the embedded token, and with input feeding the last context."""
@@ -214,11 +219,11 @@ class GNMTDecoder(keras.layers.Layer):
 
     def step(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
              projected: Optional[tf.Tensor] = None,
-             output_ids: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+             softmax_columns: Optional[DenseColumns] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """One token per sentence -> (logits [B, V], probs [B, S], new state).
 
         The token comes as ``embedded`` [B, E], or as ``projected`` [B, 4 units]: the bottom
-        layer's input projection already made (:class:`TargetInputProjection`). ``output_ids``:
+        layer's input projection already made (:class:`TargetInputProjection`). ``softmax_columns``:
         a vocabulary shortlist (see :meth:`logits`).
         """
         if projected is None:
@@ -227,4 +232,4 @@ class GNMTDecoder(keras.layers.Layer):
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
         new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
-        return self.logits(top, training=False, output_ids=output_ids), probs, new_state
+        return self.logits(top, training=False, softmax_columns=softmax_columns), probs, new_state

@@ -9,7 +9,8 @@ Decoding, one token at a time (what beam search and sampling call)::
     memory = model.encode(source_ids)
     state = model.initial_state(memory)
     logits, attention_probs, state = model.step(state, token_ids)
-    logits, attention_probs, state = model.step(state, token_ids, output_ids=allowed)  # a shortlist
+    columns = model.softmax_columns(allowed_ids)                  # a vocabulary shortlist, once per batch
+    logits, attention_probs, state = model.step(state, token_ids, softmax_columns=columns)
 
 Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
 is masked in every layer, so it never changes a real position's output.
@@ -29,7 +30,7 @@ from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, TargetInputProjection
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
-from gnmt_tf.layers.weights import WeightReader, WeightTransform
+from gnmt_tf.layers.weights import DenseColumns, WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
 from gnmt_tf.models.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
 from gnmt_tf.vocab import PAD_ID
@@ -241,18 +242,19 @@ class GNMT(keras.Model):
         """The decoder state before the first target token (zeros, plus the memory)."""
         return self.decoder.initial_state(memory)
 
-    def step(self, state: DecoderState, token_ids, output_ids=None,
+    def step(self, state: DecoderState, token_ids,
+             softmax_columns: Optional[DenseColumns] = None,
              target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
 
-        ``output_ids`` (int32 [n], distinct): a vocabulary shortlist; only those logits are
-        computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
+        ``softmax_columns`` (:meth:`softmax_columns`): a vocabulary shortlist; only its ids' logits
+        are computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
         ``target_inputs``: read the bottom layer's input projection of the tokens from a
         precomputed table (:meth:`target_input_projection`) instead of embedding them.
         """
         if target_inputs is None:
-            return self.decoder.step(state, self.embed_target(token_ids), output_ids=output_ids)
-        return self.decoder.step(state, projected=target_inputs(token_ids, state.context), output_ids=output_ids)
+            return self.decoder.step(state, self.embed_target(token_ids), softmax_columns=softmax_columns)
+        return self.decoder.step(state, projected=target_inputs(token_ids, state.context), softmax_columns=softmax_columns)
 
     def target_input_table(self) -> tf.Tensor:
         """The bottom decoder layer's input projection of every target token: [V, 4 units] (Devlin 2017).
@@ -269,6 +271,11 @@ class GNMT(keras.Model):
         :meth:`target_input_table`'s table (e.g. ``lambda ids: tf.gather(table, ids)``).
         Make it outside the decoding loop."""
         return self.decoder.target_input_projection(token_rows)
+
+    def softmax_columns(self, output_ids) -> DenseColumns:
+        """The softmax weights of the output ids ``output_ids`` (int32 [n], distinct), read once (under the
+        current weight transform) for every :meth:`step` that computes only those logits."""
+        return self.decoder.softmax_columns(output_ids)
 
     def embed_source(self, source_ids) -> tf.Tensor:
         """Source embeddings of ids [batch, ...], read through the model's weight transform."""

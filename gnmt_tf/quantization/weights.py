@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf.layers.weights import WeightTransform, kernel_columns, matmul
+from gnmt_tf.layers.weights import WeightTransform, matmul
 from gnmt_tf.quantization import int8 as quantization
 
 PRODUCTS = ("int8", "float")
@@ -103,15 +103,23 @@ class Int8Weights(WeightTransform, tf.Module):
         object.__setattr__(self, "_dequantized", None)
 
     def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
+        if columns is not None:  # what columns() gave: int8 parts, or float columns
+            return quantization.int8_matmul(x, *columns) if isinstance(columns, tuple) else matmul(x, columns)
         if self._dequantized is not None and kernel.ref() in self._dequantized:
-            return matmul(x, kernel_columns(self._dequantized[kernel.ref()], columns))
+            return matmul(x, self._dequantized[kernel.ref()])
         parts = self._kernels.get(kernel.ref())
         if parts is None:
-            return matmul(x, kernel_columns(kernel, columns))
-        if columns is not None:  # one scale (and offset) per output unit: the columns' own
-            parts = (kernel_columns(parts[0], columns),) + tuple(
-                None if part is None else tf.gather(part, columns) for part in parts[1:])
+            return matmul(x, kernel)
         return quantization.int8_matmul(x, *parts)
+
+    def columns(self, kernel, ids):
+        if self._dequantized is not None and kernel.ref() in self._dequantized:
+            return tf.gather(self._dequantized[kernel.ref()], ids, axis=1)
+        parts = self._kernels.get(kernel.ref())
+        if parts is None:
+            return tf.gather(kernel, ids, axis=1)
+        # One scale (and offset) per output unit (eq. 12): the columns keep their own.
+        return (tf.gather(parts[0], ids, axis=1),) + tuple(tf.gather(part, ids) for part in parts[1:])
 
     def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         if self._dequantized is not None and kernel.ref() in self._dequantized:

@@ -273,7 +273,8 @@ def test_a_shortlist_of_every_id_changes_nothing_and_a_smaller_one_is_obeyed():
     memory = model.encode(sources)
 
     def search(output_ids):
-        step = lambda state, tokens: model.step(state, tokens, output_ids=output_ids)  # noqa: E731
+        columns = model.softmax_columns(output_ids)
+        step = lambda state, tokens: model.step(state, tokens, softmax_columns=columns)  # noqa: E731
         return beam_search(step, model.initial_state(memory), memory.mask, **settings)
 
     full = gnmt_search(model, sources, **settings)

@@ -84,7 +84,7 @@ def test_step_api_equals_teacher_forcing(input_feeding):
 
 
 @pytest.mark.parametrize("logit_clip", [25.0, 0.3], ids=["unclipped", "clipped"])
-def test_step_with_output_ids_computes_only_those_logits(logit_clip):
+def test_step_with_softmax_columns_computes_only_those_logits(logit_clip):
     """A vocabulary shortlist's step: NumPy's logits (eq. 13, clip included) at the ids given, -inf elsewhere."""
     model = build(tiny_model_config(logit_clip=logit_clip), weight_scale=0.5)
     rng = np.random.default_rng(4)
@@ -93,9 +93,11 @@ def test_step_with_output_ids_computes_only_those_logits(logit_clip):
     output_ids = np.sort(rng.choice(64, size=17, replace=False)).astype(np.int32)
     excluded = np.setdiff1d(np.arange(64), output_ids)
     state = model.initial_state(model.encode(source))
+    columns = model.softmax_columns(output_ids)
+    assert columns.kernel.shape == (model.model_config.units, 17) and columns.bias.shape == (17,)
     references = [reference_logits(model, source[b], target[b])[0] for b in range(2)]
     for t in range(4):
-        logits, _, state = model.step(state, target[:, t], output_ids=tf.constant(output_ids))
+        logits, _, state = model.step(state, target[:, t], softmax_columns=columns)
         logits = logits.numpy()
         assert logits.shape == (2, 64)
         for b in range(2):

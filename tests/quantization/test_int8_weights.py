@@ -74,7 +74,7 @@ def test_int8_logits_of_a_shortlist_are_the_full_int8_logits_at_its_ids(model, r
     with model.transformed_weights(Int8Weights(model, products=products)):
         state = model.initial_state(model.encode(source))
         full, _, _ = model.step(state, tokens)
-        restricted, _, _ = model.step(state, tokens, output_ids=tf.constant(output_ids))
+        restricted, _, _ = model.step(state, tokens, softmax_columns=model.softmax_columns(output_ids))
     np.testing.assert_allclose(restricted.numpy()[:, output_ids], full.numpy()[:, output_ids], rtol=1e-6, atol=1e-6)
     assert np.all(np.delete(restricted.numpy(), output_ids, axis=1) == -np.inf)
 
