@@ -120,6 +120,45 @@ def exported_number_model(trained_number_model, tmp_path_factory):
                                                log=lambda message: None), "saved_model"))
 
 
+# name: the fixture model's int8 exports, each made once through the command line: (format, options)
+INT8_EXPORTS = {
+    "saved_model": ("saved_model", []),  # int8 weights, dequantized once per request (the default)
+    "saved_model_int8_products": ("saved_model", ["--int8-products", "int8"]),  # section 6's int8 x int8
+    "tflite": ("tflite", []),
+}
+
+
+@pytest.fixture(scope="session")
+def int8_exports(trained_number_model, tmp_path_factory):
+    """The int8 exports of INT8_EXPORTS (tflite only where its interpreter is installed), made once per run.
+
+    Through the command line, side by side; each checks its dev BLEU itself. Returns
+    (model_dir, {name: version directory}). Checked in tests/export/test_export_int8.py; a session
+    fixture, so that other files can load them too without exporting again.
+    """
+    model_dir, _ = trained_number_model
+    return _built_once_per_run(tmp_path_factory, "int8_exports", lambda base: (model_dir, _export_int8(model_dir, base)))
+
+
+def _export_int8(model_dir, base):
+    import importlib.util
+
+    from helpers import ROOT, run_side_by_side
+
+    wanted = {name: spec for name, spec in INT8_EXPORTS.items()
+              if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
+    commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
+                  "--format", format_name, "--quantize", "int8", *options], None)
+                for name, (format_name, options) in wanted.items()]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    paths = {}
+    for name, result in zip(wanted, run_side_by_side(*commands, env=env, timeout=900)):
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
+        paths[name] = os.path.join(base, name, "1")
+    return paths
+
+
 def copy_version(version_dir, base, version=1):
     """Copy an exported version into ``base/<version>``; returns ``base``."""
     import shutil
@@ -145,3 +184,4 @@ LONGEST_FILES_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: position for position, name in enumerate(LONGEST_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
