@@ -60,13 +60,10 @@ def saved_model_translations(path, sources):
 def matmul_input_types(path):
     """{(op, input dtype)} of every matrix product in a SavedModel's graph and functions."""
     from tensorflow.core.framework import types_pb2
-    from tensorflow.core.protobuf import saved_model_pb2
 
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
-        saved.ParseFromString(handle.read())
-    graph = saved.meta_graphs[0].graph_def
-    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    from export.serving_runtime import saved_model_nodes
+
+    nodes = [node for graph_nodes in saved_model_nodes(path).values() for node in graph_nodes]
     return {(node.op, types_pb2.DataType.Name(node.attr["Ta" if "Ta" in node.attr else "T"].type))
             for node in nodes if "MatMul" in node.op}
 
