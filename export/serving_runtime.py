@@ -40,6 +40,7 @@ OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"tf_serving
 # built the graph (tf.py_function, tf.numpy_function), which TF Serving does not have.
 PYTHON_ONLY_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
+REQUIREMENTS = (f"tensorflow=={TENSORFLOW}.*", f"tensorflow-text=={TENSORFLOW_TEXT}.*")  # and nothing else
 VENV_VARIABLE = "GNMT_TF_SERVING_RUNTIME_VENV"  # where the runtime's environment is (built there if absent)
 VENV_TIMEOUT = 120  # s, python -m venv
 PIP_TIMEOUT = 900  # s, pip install: ~75 s here with a quiet network, several times that on a busy machine
@@ -144,13 +145,15 @@ def _run_build_step(argv: Sequence[str], timeout: float, what: str) -> None:
         raise RuntimeUnavailable(f"{what} failed (exit status {result.returncode}): {output}")
 
 
-def ensure_venv(path: Optional[str] = None, log=lambda message: None) -> str:
+def ensure_venv(path: Optional[str] = None, log=lambda message: None,
+                requirements: Sequence[str] = REQUIREMENTS) -> str:
     """The Python of the runtime's environment at ``path`` (default: :func:`default_venv_path`), built if absent.
 
-    Built in ``PATH.partial`` and renamed to ``PATH`` only once TensorFlow and tensorflow-text import
-    there with the right versions, so an existing ``PATH`` is a complete one, and an interrupted
-    build is started again rather than reused. Concurrent callers wait for one build (an flock).
-    Raises :class:`RuntimeUnavailable` when venv or pip fails, RuntimeError when the result is wrong.
+    Built in ``PATH.partial`` (pip installs ``requirements``) and renamed to ``PATH`` only once
+    TensorFlow and tensorflow-text import there with the right versions, so an existing ``PATH`` is
+    a complete one, and an interrupted build is started again rather than reused. Concurrent callers
+    wait for one build (an flock). Raises :class:`RuntimeUnavailable` when venv or pip fails, and
+    RuntimeError when what they built is wrong.
     """
     path = os.path.abspath(path or default_venv_path())
     if os.path.isdir(path):
@@ -162,16 +165,20 @@ def ensure_venv(path: Optional[str] = None, log=lambda message: None) -> str:
         partial = path + ".partial"
         shutil.rmtree(partial, ignore_errors=True)  # an interrupted build
         log(f"building {runtime_name()}'s environment in {path}")
-        _run_build_step([sys.executable, "-m", "venv", partial], VENV_TIMEOUT, "python -m venv")
-        _run_build_step([venv_python(partial), "-m", "pip", "install", "--no-input", "--retries", "2",
-                         "--timeout", "60", f"tensorflow=={TENSORFLOW}.*", f"tensorflow-text=={TENSORFLOW_TEXT}.*"],
-                        PIP_TIMEOUT, f"pip install tensorflow=={TENSORFLOW}.* tensorflow-text=={TENSORFLOW_TEXT}.*")
-        runtime = call_in_runtime(venv_python(partial), {})
-        if not (runtime["tensorflow"].startswith(TENSORFLOW + ".")
-                and runtime["tensorflow_text"].startswith(TENSORFLOW_TEXT + ".")):
-            raise RuntimeError(f"pip installed TensorFlow {runtime['tensorflow']} and tensorflow-text "
-                               f"{runtime['tensorflow_text']} in {partial}, not {TENSORFLOW} and {TENSORFLOW_TEXT}")
-        os.rename(partial, path)
+        try:
+            # Without a pip of its own (ensurepip: ~5 s of CPU): this Python's pip installs into it (--python).
+            _run_build_step([sys.executable, "-m", "venv", "--without-pip", partial], VENV_TIMEOUT, "python -m venv")
+            _run_build_step([sys.executable, "-m", "pip", "--python", venv_python(partial), "install", "--no-input",
+                             "--retries", "2", "--timeout", "60", *requirements],
+                            PIP_TIMEOUT, f"pip install {' '.join(requirements)}")
+            runtime = call_in_runtime(venv_python(partial), {})
+            if not (runtime["tensorflow"].startswith(TENSORFLOW + ".")
+                    and runtime["tensorflow_text"].startswith(TENSORFLOW_TEXT + ".")):
+                raise RuntimeError(f"pip installed TensorFlow {runtime['tensorflow']} and tensorflow-text "
+                                   f"{runtime['tensorflow_text']} in {partial}, not {TENSORFLOW} and {TENSORFLOW_TEXT}")
+            os.rename(partial, path)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # a failed build: nothing half-made stays
         log(f"built {path}")
     return venv_python(path)
 
