@@ -57,6 +57,7 @@ setup(
     package_data={
         "gnmt_tf.configs": ["*.yaml"],
         "serving": ["models.config", "batching_parameters.txt", "run_tf_serving.sh"],
+        "export": ["tf_serving_ops_*.txt"],  # the ops TF Serving's runtime registers (export/serving_runtime.py)
     },
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

@@ -12,7 +12,10 @@ the same translator in memory, :class:`gnmt_tf.inference.translator.Translator`
 over the model (the artifact is that translator's module, saved or converted).
 Float exports must give identical strings on a few sentences; int8 exports
 must keep corpus BLEU on the dev set (``dev.tsv`` in the model directory)
-within ``bleu_tolerance`` of the float model's.
+within ``bleu_tolerance`` of the float model's. A SavedModel must also use only ops
+that TF Serving's runtime registers (TensorFlow 2.20 with tensorflow-text 2.20, whose
+op list :mod:`export.serving_runtime` keeps): gnmt_tf exports with a newer TensorFlow,
+and an op that runtime lacks would keep TF Serving from loading the version.
 
 A model directory with a vocabulary shortlist (``shortlist.npz``, :mod:`gnmt_tf.data.shortlist`)
 exports with it: the translator holds its tables, and the functions without a
@@ -44,10 +47,11 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
+from export.serving_runtime import OPS_FILE, TENSORFLOW, runtime_name, unregistered_ops
 from gnmt_tf.inference.translator import TranslatorModule
 
 
@@ -157,6 +161,8 @@ class SavedModelExporter(Exporter):
         from export.warmup import translator_warmup_requests, write_warmup_requests
 
         tf.saved_model.save(translator, directory, signatures=translator.signatures())
+        require_serving_ops(directory)
+        self.request.log(f"checked: every op is registered by {runtime_name()}")
         name = os.path.basename(os.path.normpath(self.request.output)) or "gnmt"
         sentences = verification_sentences(self.request.model_dir, 8) if self.request.model_dir else []
         requests = translator_warmup_requests(name, sentences, translator.default_options,
@@ -172,6 +178,21 @@ class SavedModelExporter(Exporter):
             outputs = translate(sentences=tf.constant(batch, tf.string), **inputs)
             translations += [text.decode("utf-8") for text in outputs["translations"].numpy()]
         return translations
+
+
+def require_serving_ops(version_dir: str, allowed: Optional[Iterable[str]] = None) -> None:
+    """Refuse a SavedModel with an op that TF Serving's runtime does not register (``allowed``: by
+    default the committed op list of :mod:`export.serving_runtime`): TF Serving could not load it."""
+    missing = unregistered_ops(version_dir, allowed)
+    if missing:
+        details = "; ".join(f"{op} (in {', '.join(places[:3])}{', ...' if len(places) > 3 else ''})"
+                            for op, places in missing.items())
+        raise ExportError(
+            f"the SavedModel uses {len(missing)} op{'s' if len(missing) > 1 else ''} that {runtime_name()} "
+            f"does not register, so TF Serving could not load it: {details}. Build the graph without them, "
+            f"or, once TF Serving links a newer TensorFlow, regenerate the op list for it (docs/serving.md; "
+            f"the list now is {os.path.basename(OPS_FILE)}, TensorFlow {TENSORFLOW})"
+        )
 
 
 class TFLiteExporter(Exporter):

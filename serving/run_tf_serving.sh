@@ -5,15 +5,15 @@
 #
 # Uses the tensorflow_model_server binary if it is on PATH, otherwise the official
 # tensorflow/serving container (docker). The server needs the tensorflow-text ops, which the
-# stock binary and container link; use the TF Serving version that matches the TensorFlow
-# used for the export (TF_SERVING_VERSION, default: this environment's TensorFlow version).
+# stock binary and container link. Exports are checked against the ops of one TF Serving
+# release (TF_SERVING_VERSION, default: that release; docs/serving.md, section 6).
 #
 # Environment: GRPC_PORT (8500), REST_PORT (8501), TF_SERVING_VERSION, BATCHING (1: on, 0: off),
 # XLA (1: --xla_cpu_compilation_enabled, for exports made with --xla).
 set -euo pipefail
 
 if [[ $# -ne 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 base_path="$(cd "$1" 2>/dev/null && pwd)" || { echo "error: no such directory: $1" >&2; exit 1; }
@@ -25,7 +25,9 @@ fi
 here="$(cd "$(dirname "$0")" && pwd)"
 grpc_port="${GRPC_PORT:-8500}"
 rest_port="${REST_PORT:-8501}"
-version="${TF_SERVING_VERSION:-$(python -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null || echo latest)}"
+# The release the exports' ops are checked against (export/serving_runtime.py: TF_SERVING_RELEASE).
+release_file="$here/../export/serving_runtime.py"
+version="${TF_SERVING_VERSION:-$(sed -n 's/^TF_SERVING_RELEASE = "\([^"]*\)".*/\1/p' "$release_file" 2>/dev/null || true)}"
 
 # The config with this model's name and path (the shipped models.config is the template).
 config_dir="$(mktemp -d)"
@@ -48,6 +50,10 @@ if command -v tensorflow_model_server >/dev/null 2>&1; then
   echo "starting tensorflow_model_server: model $name from $base_path, gRPC :$grpc_port, REST :$rest_port" >&2
   tensorflow_model_server --model_config_file="$config_dir/models.config" "${flags[@]//CONFIG/$config_dir}"
 elif command -v docker >/dev/null 2>&1; then
+  if [[ -z "$version" ]]; then
+    echo "error: no TF_SERVING_RELEASE in $release_file; set TF_SERVING_VERSION" >&2
+    exit 1
+  fi
   write_config "/models/$name"
   echo "starting tensorflow/serving:$version (docker): model $name from $base_path, gRPC :$grpc_port, REST :$rest_port" >&2
   docker run --rm -p "$grpc_port:$grpc_port" -p "$rest_port:$rest_port" \

@@ -120,6 +120,45 @@ def exported_number_model(trained_number_model, tmp_path_factory):
                                                log=lambda message: None), "saved_model"))
 
 
+# name: the fixture model's int8 exports, each made once through the command line: (format, options)
+INT8_EXPORTS = {
+    "saved_model": ("saved_model", []),  # int8 weights, dequantized once per request (the default)
+    "saved_model_int8_products": ("saved_model", ["--int8-products", "int8"]),  # section 6's int8 x int8
+    "tflite": ("tflite", []),
+}
+
+
+@pytest.fixture(scope="session")
+def int8_exports(trained_number_model, tmp_path_factory):
+    """The int8 exports of INT8_EXPORTS (tflite only where its interpreter is installed), made once per run.
+
+    Through the command line, side by side; each checks its dev BLEU itself. Returns
+    (model_dir, {name: version directory}). Checked in tests/export/test_export_int8.py, and
+    loaded in TF Serving's runtime by tests/export/test_serving_runtime.py.
+    """
+    model_dir, _ = trained_number_model
+    return _built_once_per_run(tmp_path_factory, "int8_exports", lambda base: (model_dir, _export_int8(model_dir, base)))
+
+
+def _export_int8(model_dir, base):
+    import importlib.util
+
+    from helpers import ROOT, run_side_by_side
+
+    wanted = {name: spec for name, spec in INT8_EXPORTS.items()
+              if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
+    commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
+                  "--format", format_name, "--quantize", "int8", *options], None)
+                for name, (format_name, options) in wanted.items()]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    paths = {}
+    for name, result in zip(wanted, run_side_by_side(*commands, env=env, timeout=900)):
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
+        paths[name] = os.path.join(base, name, "1")
+    return paths
+
+
 def copy_version(version_dir, base, version=1):
     """Copy an exported version into ``base/<version>``; returns ``base``."""
     import shutil
@@ -137,6 +176,9 @@ def copy_version(version_dir, base, version=1):
 LONGEST_FILES_FIRST = (
     "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
     "test_serving_server.py", "test_export_int8.py", "test_export_saved_model.py", "test_export_cli.py",
+    # after the exports it loads, so that it finds them made and, on a new machine, TF Serving's
+    # runtime built meanwhile in the background (below)
+    "test_serving_runtime.py",
     "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py", "test_translate_cli.py",
     "test_evaluate_cli.py", "test_summary_cli.py",
 )
@@ -145,3 +187,34 @@ LONGEST_FILES_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: position for position, name in enumerate(LONGEST_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+# tests/export/test_serving_runtime.py loads the exports in TF Serving's runtime: a Python environment
+# of TensorFlow 2.20 that pip takes one to two minutes of CPU to build on a new machine (it is cached
+# after that). Its build starts with the session, in a process at the lowest CPU priority, so that
+# it runs on the CPU time the tests leave (while they wait for a fixture, a server, a subprocess's
+# start) instead of on a worker's; the test waits for it there (export/serving_runtime.py: ensure_venv).
+SERVING_RUNTIME_TEST = "test_serving_runtime.py"
+RUNTIME_BUILD = pytest.StashKey()
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return  # one process starts it: the only one, or the first xdist worker
+    if any(item.path.name == SERVING_RUNTIME_TEST for item in session.items):
+        from export.serving_runtime import start_venv_build
+
+        session.config.stash[RUNTIME_BUILD] = start_venv_build()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    build = session.config.stash.get(RUNTIME_BUILD, None)
+    if build is None:
+        return
+    # Running still when this worker is done: the other worker's test may need it, so let it finish
+    # (its watchdog bounds it), unless the run was interrupted.
+    if exitstatus == pytest.ExitCode.INTERRUPTED and build.poll() is None:
+        import signal
+
+        os.killpg(build.pid, signal.SIGKILL)
+    build.wait()

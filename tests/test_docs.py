@@ -166,6 +166,12 @@ PARSE_ONLY = {
     "export --model-dir runs/en-fr --output tflite_models/gnmt --format tflite --shortlist":
         "a TFLite conversion: tests/export/test_export_shortlist.py runs this command line on a model with a "
         "shortlist and translates with the result",
+    "export.serving_runtime write-ops":
+        "rewrites the committed op list from a TensorFlow 2.20 environment (a minute or two of pip on a new "
+        "machine); tests/export/test_serving_runtime.py checks that the list is what it would write",
+    "export.serving_runtime check serving_models/gnmt/1":
+        "needs that TensorFlow 2.20 environment; tests/export/test_serving_runtime.py runs this command on the "
+        "session's export",
     "serving.server --model_name gnmt --model_base_path $PWD/serving_models/gnmt":
         "docs/serving.md's server command, which runs here, with the ports 8500 and 8501 that may be taken "
         "on a shared machine",

@@ -4,9 +4,7 @@ BLEU is measured on the fixture model's test.tsv, held out from training and fro
 on which the exporter checks every int8 export itself, so these tests do not repeat its check.
 """
 
-import importlib.util
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +14,6 @@ from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFL
 from gnmt_tf.metrics.bleu import corpus_bleu
 from gnmt_tf.model_dir import load_model_dir
 from gnmt_tf.inference.translator import Translator
-from helpers import ROOT, run_side_by_side
-
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def numpy_eq12(kernel):
@@ -30,32 +25,6 @@ def numpy_eq12(kernel):
 def read_pairs(path):
     with open(path, encoding="utf-8") as handle:
         return [line.rstrip("\n").split("\t") for line in handle if line.strip()]
-
-
-# name: the int8 exports this file checks, each made once through the command line: (format, options)
-INT8_EXPORTS = {
-    "saved_model": ("saved_model", []),  # int8 weights, dequantized once per request (the default)
-    "saved_model_int8_products": ("saved_model", ["--int8-products", "int8"]),  # section 6's int8 x int8
-    "tflite": ("tflite", []),
-}
-
-
-@pytest.fixture(scope="module")
-def int8_exports(trained_number_model, tmp_path_factory):
-    """The int8 exports through the command line, side by side; each checks its dev BLEU itself."""
-    model_dir, _ = trained_number_model
-    base = tmp_path_factory.mktemp("int8")
-    wanted = {name: spec for name, spec in INT8_EXPORTS.items()
-              if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
-    commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
-                  "--format", format_name, "--quantize", "int8", *options], None)
-                for name, (format_name, options) in wanted.items()]
-    paths = {}
-    for name, result in zip(wanted, run_side_by_side(*commands, env=ENV, timeout=900)):
-        assert result.returncode == 0, (name, result.stderr[-3000:])
-        assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
-        paths[name] = os.path.join(base, name, "1")
-    return model_dir, paths
 
 
 def tflite_paths(int8_exports):
@@ -91,13 +60,10 @@ def saved_model_translations(path, sources):
 def matmul_input_types(path):
     """{(op, input dtype)} of every matrix product in a SavedModel's graph and functions."""
     from tensorflow.core.framework import types_pb2
-    from tensorflow.core.protobuf import saved_model_pb2
 
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
-        saved.ParseFromString(handle.read())
-    graph = saved.meta_graphs[0].graph_def
-    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    from export.serving_runtime import saved_model_nodes
+
+    nodes = [node for graph_nodes in saved_model_nodes(path).values() for node in graph_nodes]
     return {(node.op, types_pb2.DataType.Name(node.attr["Ta" if "Ta" in node.attr else "T"].type))
             for node in nodes if "MatMul" in node.op}
 

@@ -44,6 +44,8 @@ def exported(trained_number_model, tmp_path_factory):
     result = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checked:" in result.stdout
+    # The op check of TF Serving's runtime ran (tests/export/test_serving_runtime.py tests it).
+    assert "checked: every op is registered by TF Serving 2.20.0 (TensorFlow 2.20" in result.stdout
     return model_dir, base
 
 

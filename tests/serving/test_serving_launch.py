@@ -81,6 +81,17 @@ def test_script_falls_back_to_the_official_container(tmp_path):
     assert "--xla_cpu_compilation_enabled=true" in lines
 
 
+def test_the_container_is_by_default_the_release_the_exports_are_checked_against(tmp_path):
+    """Not this environment's TensorFlow, which may be newer than any TF Serving release."""
+    from export.serving_runtime import OPS_FILE, TF_SERVING_RELEASE
+
+    result = run_script(tmp_path, fake_path(tmp_path, "docker"), str(model_base(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert "tensorflow/serving:2.20.0" in result.stdout.splitlines() and TF_SERVING_RELEASE == "2.20.0"
+    with open(OPS_FILE, encoding="utf-8") as handle:
+        assert f"TF Serving {TF_SERVING_RELEASE} " in handle.readline()  # the op list is that release's
+
+
 @pytest.mark.parametrize("case", ["no_server", "no_versions", "missing_dir"])
 def test_script_errors_are_clear(tmp_path, case):
     base = model_base(tmp_path)
