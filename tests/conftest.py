@@ -179,8 +179,8 @@ LONGEST_FILES_FIRST = (
     # after the exports it loads, so that it finds them made and, on a new machine, TF Serving's
     # runtime built meanwhile in the background (below)
     "test_serving_runtime.py",
-    "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py", "test_translate_cli.py",
-    "test_evaluate_cli.py", "test_summary_cli.py",
+    "test_export_shortlist.py", "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
+    "test_translate_cli.py", "test_evaluate_cli.py", "test_shortlist_cli.py", "test_summary_cli.py",
 )
 
 

@@ -19,8 +19,9 @@ wordpieces:
   named by :mod:`gnmt_tf.model_dir`), with ``top_k`` and ``frequent``;
 * **applied** in the graph (:class:`ShortlistTables`, a ``tf.Module`` the exported
   translator holds): a batch may produce ``unique(table[source ids] ∪ frequent ∪ EOS)``;
-  the decoder then computes logits for those ids only
-  (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits` with ``output_ids``).
+  the decoder then computes logits for those ids only, from their softmax weights read once
+  per batch (:meth:`gnmt_tf.models.gnmt.GNMT.softmax_columns`, ``GNMT.step(...,
+  softmax_columns=...)``).
 
 It lives with the tokenizer because it is the same kind of thing: learned from the
 training text with the model's wordpieces, kept in the model directory, and a
