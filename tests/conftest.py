@@ -214,7 +214,9 @@ def pytest_sessionfinish(session, exitstatus):
     # Running still when this worker is done: the other worker's test may need it, so let it finish
     # (its watchdog bounds it), unless the run was interrupted.
     if exitstatus == pytest.ExitCode.INTERRUPTED and build.poll() is None:
+        import contextlib
         import signal
 
-        os.killpg(build.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended since
+            os.killpg(build.pid, signal.SIGKILL)
     build.wait()
