@@ -538,8 +538,8 @@ class Translator:
             raise ValueError("use_shortlist: this translator has no vocabulary shortlist (python -m "
                              "gnmt_tf.shortlist --model-dir DIR builds one)")
         use_shortlist = self.module.uses_shortlist if use_shortlist is None else bool(use_shortlist)
+        options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)  # refused before anything is traced
         search = self.module.compiled_nbest(beam_width, n_best, return_attention, use_shortlist)
-        options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)
         results: List[List[Translation]] = [[] for _ in sentences]
         for chunk, batch, source_lengths in self._batches(*self._preprocess(sentences)):
             out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}

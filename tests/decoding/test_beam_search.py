@@ -269,7 +269,7 @@ def test_a_shortlist_of_every_id_changes_nothing_and_a_smaller_one_is_obeyed():
     id it is the search without one; with fewer ids it never outputs another."""
     model = tiny_gnmt(vocab_size=12, seed=7, scale=0.8)
     sources = np.array([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]], np.int32)
-    settings = dict(beam_width=3, n_best=3, alpha=0.2, beta=0.2, beamsize=INF, return_attention=True)
+    settings = dict(beam_width=3, n_best=3, alpha=0.2, beta=0.2, beamsize=no_pruning(), return_attention=True)
     memory = model.encode(sources)
 
     def search(output_ids):

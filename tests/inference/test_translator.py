@@ -67,7 +67,7 @@ def test_a_shortlist_left_off_changes_nothing_and_one_turned_on_is_obeyed(transl
     shortlisted = Translator(translator.model, tokenizer, translator.decoding, max_input_length=12,
                              shortlist=shortlist_excluding(tokenizer.vocab_size, [un]))
     assert not translator.decoding.use_shortlist
-    settings = dict(n_best=2, beamsize=float("inf"), return_attention=True)
+    settings = dict(n_best=2, beamsize=no_pruning(), return_attention=True)
 
     def without_attention(lists):
         return [[h._replace(attention=None) for h in nbest] for nbest in lists]
