@@ -53,6 +53,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from gnmt_tf.decoding.buckets import ShapeBuckets, fill_to
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -178,6 +179,7 @@ def decode(
     source_mask,
     strategy: DecodingStrategy,
     max_length_ratio: float = 2.0,
+    buckets: Optional[ShapeBuckets] = None,
 ):
     """Run ``strategy`` over ``step_fn`` for a batch of sentences (see the module docstring).
 
@@ -187,6 +189,9 @@ def decode(
         source_mask: bool [batch, S], True at real source positions (EOS included).
         strategy: a :class:`DecodingStrategy`.
         max_length_ratio: a generated output has at most ``ceil(ratio * source length)`` tokens.
+        buckets: pad the running searches to :class:`gnmt_tf.decoding.buckets.ShapeBuckets`'
+            sizes, so that ``step_fn`` sees few distinct shapes (a compiled step); the padded
+            searches repeat a real one and their outputs are dropped before the strategy sees them.
 
     Returns:
         ``strategy.finalize(...)``: the strategy's output type.
@@ -198,20 +203,39 @@ def decode(
     source_len = tf.shape(source_mask)[1]
     limits = output_length_limits(source_mask, max_length_ratio)
     live, results = strategy.initialize(source_mask)
+
+    def slots_of(searches_kept):
+        """The searches whose decoder rows the loop keeps: ``searches_kept``, padded to its bucket."""
+        if buckets is None:
+            return searches_kept
+        count = tf.shape(searches_kept)[0]
+        return fill_to(searches_kept, count, buckets.searches_size(count))
+
+    def take(nest, slots, rows):
+        """``nest``'s decoder rows ``rows`` [slots, width] and per-search parts of ``slots``."""
+        return map_rows(nest, lambda s: tf.gather(s, tf.reshape(rows, [-1])), lambda s: tf.gather(s, slots))
+
+    every_search = tf.range(searches)
+    initial_slots = slots_of(every_search)
     initial = SearchState(
         step=tf.constant(0),
-        active=tf.range(searches),
-        tokens=tf.fill([searches * width], BOS_ID),
+        active=every_search,
+        tokens=tf.fill([tf.shape(initial_slots)[0] * width], BOS_ID),
         decoder_state=map_rows(initial_state, lambda s: repeat_rows(s, copies * width),
                                lambda s: repeat_rows(s, copies)),
         live=live,
         results=results,
     )
+    if buckets is not None:
+        contiguous = tf.expand_dims(initial_slots * width, 1) + tf.range(width)
+        initial = initial._replace(decoder_state=take(initial.decoder_state, initial_slots, contiguous))
 
     def body(state: SearchState):
         t = state.step
         n_active = tf.shape(state.active)[0]
         logits, attention, decoder_state = step_fn(state.decoder_state, state.tokens)
+        if buckets is not None:  # the padded searches' rows come last
+            logits, attention = logits[: n_active * width], attention[: n_active * width]
         vocab = static_or_dynamic_size(logits, -1)
         log_probs = tf.reshape(tf.nn.log_softmax(logits), [n_active, width, vocab])
         limit = tf.gather(limits, state.active)
@@ -233,28 +257,26 @@ def decode(
         def remove_done():
             """Reorder the decoder state by the rows kept, then drop the done searches' rows."""
             keep = tf.reshape(tf.where(~done), [-1])
-            if output.parents is not None:
-                rows = tf.expand_dims(tf.range(n_active) * width, 1) + output.parents  # [A, width]
-                keep_rows = tf.reshape(tf.gather(rows, keep), [-1])
-            elif width == 1:
-                keep_rows = keep
-            else:
-                keep_rows = tf.reshape(tf.expand_dims(keep * width, 1) + tf.range(width), [-1])
+            slots = slots_of(keep)
+            parents = output.parents if output.parents is not None else tf.range(width)
+            rows = tf.expand_dims(tf.range(n_active) * width, 1) + parents  # [A, width]
             return (
                 tf.gather(state.active, keep),
-                tf.reshape(tf.gather(output.tokens, keep), [-1]),
-                map_rows(decoder_state, lambda s: tf.gather(s, keep_rows), lambda s: tf.gather(s, keep)),
+                tf.reshape(tf.gather(output.tokens, slots), [-1]),
+                take(decoder_state, slots, tf.gather(rows, slots)),
                 tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
             )
+
+        def keep_all():
+            tokens = output.tokens
+            if buckets is not None:  # the decoder rows stay padded: so do the tokens fed to them
+                tokens = fill_to(tokens, n_active, buckets.searches_size(n_active))
+            return state.active, tf.reshape(tokens, [-1]), decoder_state, output.live
 
         if output.parents is not None:  # the rows are reordered every step anyway
             active, tokens, decoder_state, live = remove_done()
         else:  # rows stay in place: gather only at the steps where a search ended
-            active, tokens, decoder_state, live = tf.cond(
-                tf.reduce_any(done),
-                remove_done,
-                lambda: (state.active, tf.reshape(output.tokens, [-1]), decoder_state, output.live),
-            )
+            active, tokens, decoder_state, live = tf.cond(tf.reduce_any(done), remove_done, keep_all)
         return (
             SearchState(
                 step=t + 1, active=active, tokens=tokens, decoder_state=decoder_state, live=live,

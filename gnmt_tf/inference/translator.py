@@ -53,6 +53,7 @@ import tensorflow as tf
 from gnmt_tf.config import DecodingConfig
 from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
+from gnmt_tf.decoding.buckets import ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
@@ -75,7 +76,12 @@ class TranslatorModule(tf.Module):
             computes with eq. 12's int8 weights, and the module tracks only those plus the
             weights kept in float, so a SavedModel of it stores int8.
         jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
-            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``.
+            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. A search with the
+            shortlist runs its step uncompiled (the shortlist's size changes per batch). The searches then
+            run at ``shape_buckets``' sizes (default :class:`gnmt_tf.decoding.buckets.ShapeBuckets`),
+            so the step compiles once per bucket, not once per batch and source length.
+        shape_buckets: pad the running searches and the source length to these sizes (also
+            without ``jit_step``; outputs are unchanged up to float rounding).
         precompute_target_inputs: compute the bottom decoder layer's input projection of
             every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`; in int8
             with ``int8_weights``) so that each step gathers a row instead of a product
@@ -112,7 +118,7 @@ class TranslatorModule(tf.Module):
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
                  int8_weights=None, jit_step: bool = False, precompute_target_inputs: bool = False,
-                 shortlist: Optional[Shortlist] = None,
+                 shortlist: Optional[Shortlist] = None, shape_buckets: Optional[ShapeBuckets] = None,
                  name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
@@ -124,6 +130,8 @@ class TranslatorModule(tf.Module):
             self.model_variables = int8_weights.kept_float_variables()
         self.int8_weights = int8_weights
         self.jit_step = jit_step
+        object.__setattr__(self, "shape_buckets", shape_buckets if shape_buckets is not None or not jit_step
+                           else ShapeBuckets())
         self.target_input_rows = None  # token ids -> precomputed rows, when precomputed
         if precompute_target_inputs:
             with self._weights():
@@ -178,6 +186,12 @@ class TranslatorModule(tf.Module):
         ids = tf.gather(values, index)
         return tf.where(tf.equal(position, lengths), tf.constant(EOS_ID, tf.int32), ids), counts
 
+    def source_length(self, sentence: str) -> int:
+        """The source length a search sees for ``sentence``: its wordpieces (at most
+        ``max_input_length``) + EOS."""
+        pieces = int(self.tokenizer.tokenize([sentence]).row_lengths()[0])
+        return min(pieces, self.max_input_length) + 1
+
     def source_ids(self, sentences) -> tf.Tensor:
         """:meth:`preprocess`'s ids alone."""
         return self.preprocess(sentences)[0]
@@ -197,15 +211,20 @@ class TranslatorModule(tf.Module):
                              "builds one)")
         with self._weights():
             memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
+            source_length = tf.shape(memory.mask)[1]
+            if self.shape_buckets is not None:
+                memory = memory.padded_to(self.shape_buckets.source_size(source_length))
             step = self.model.step
             if self.target_input_rows is not None:
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
-            if self.jit_step:
-                step = tf.function(step, jit_compile=True)
+            # Under XLA the whole softmax's step only: a shortlist's size changes with every batch,
+            # so its step would compile again for almost every request.
+            full_step = tf.function(step, jit_compile=True) if self.jit_step else step
 
             def run(step_fn):
-                return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
-                              max_length_ratio=self.decoding.max_length_ratio)
+                output = decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
+                                max_length_ratio=self.decoding.max_length_ratio, buckets=self.shape_buckets)
+                return _without_padded_source(output, source_length) if self.shape_buckets is not None else output
 
             def run_shortlisted():
                 output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
@@ -213,10 +232,10 @@ class TranslatorModule(tf.Module):
                 return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
 
             if use_shortlist is False:
-                return run(step)
+                return run(full_step)
             if use_shortlist is True:
                 return run_shortlisted()
-            return tf.cond(use_shortlist, run_shortlisted, lambda: run(step))
+            return tf.cond(use_shortlist, run_shortlisted, lambda: run(full_step))
 
     def _weights(self):
         """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
@@ -387,6 +406,14 @@ class TranslatorModule(tf.Module):
 
         return self.compiled(("score", return_attention), lambda: tf.function(
             score, input_signature=[SOURCE_IDS, SOURCE_IDS, SCALAR, SCALAR]))
+
+
+def _without_padded_source(output, source_length):
+    """A search output's attention [..., source] cut back to the unpadded source length."""
+    attention = getattr(output, "attention", None)
+    if not isinstance(attention, tf.Tensor):  # greedy ids, or no attention requested
+        return output
+    return output._replace(attention=attention[..., :source_length])
 
 
 class StoredRows(tf.Module):

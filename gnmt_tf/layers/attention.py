@@ -41,6 +41,13 @@ class AttentionMemory(NamedTuple):
     values: tf.Tensor  # [batch, src, encoder_units]: the top encoder outputs x_t
     mask: tf.Tensor  # [batch, src] bool: True at real (non-padding) positions
 
+    def padded_to(self, length) -> "AttentionMemory":
+        """The memory with ``length`` source positions (>= its own): the new ones are masked out,
+        so every attention result is unchanged (a compiled step then sees fewer shapes)."""
+        extra = [[0, 0], [0, length - tf.shape(self.mask)[1]]]
+        return AttentionMemory(tf.pad(self.keys, extra + [[0, 0]]), tf.pad(self.values, extra + [[0, 0]]),
+                               tf.pad(self.mask, extra, constant_values=False))
+
 
 def _last_size(tensor: tf.Tensor):
     """The last dimension, static when known (keeps shapes static for the layers above)."""
