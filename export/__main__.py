@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--xla", action="store_true",
-        help="saved_model: compile the decoding step with XLA (faster for large models; TF Serving then "
-        "needs --xla_cpu_compilation_enabled)",
+        help="saved_model: compile the decoding step with XLA, at a fixed set of padded shapes that the "
+        "warm-up requests compile before serving (TF Serving then needs --xla_cpu_compilation_enabled)",
     )
     parser.add_argument(
         "--target-input-table", action=argparse.BooleanOptionalAction, default=None,

@@ -34,7 +34,8 @@ int8 (``quantize="int8"``), per format, the path measured fastest on CPU
   unit or token). ``int8_products="float"`` (default) dequantizes them once per
   request and multiplies in float32, because TensorFlow's int8 products are
   slower than float32 on x86 CPUs; ``"int8"`` runs section 6's int8 x int8
-  products. ``xla`` compiles the decoding step.
+  products. ``xla`` compiles the decoding step, padded to shape buckets
+  (:mod:`gnmt_tf.decoding.buckets`) that the warm-up requests all compile.
 * ``tflite``: the converter's dynamic-range quantization: int8 weights with
   one scale per output channel (eq. 12's rule; checked in the tests),
   activations quantized on the fly, int8 kernels in the interpreter.
@@ -143,7 +144,8 @@ class SavedModelExporter(Exporter):
     """A SavedModel for TF Serving: signatures serving_default, translate_with_options, translate_nbest.
 
     With TF Serving's warm-up records (``assets.extra/tf_serving_warmup_requests``), a few dev
-    sentences through every signature, which the server replays before serving the version.
+    sentences through every signature, which the server replays before serving the version; with
+    ``xla``, also a request per shape bucket and search graph, so that the server compiles them all then.
     """
 
     format_name = "saved_model"
@@ -158,7 +160,7 @@ class SavedModelExporter(Exporter):
                                 shortlist=shortlist, precompute_target_inputs=self.target_input_table)
 
     def write(self, translator, directory):
-        from export.warmup import translator_warmup_requests, write_warmup_requests
+        from export.warmup import bucket_warmup_requests, translator_warmup_requests, write_warmup_requests
 
         tf.saved_model.save(translator, directory, signatures=translator.signatures())
         require_serving_ops(directory)
@@ -167,6 +169,12 @@ class SavedModelExporter(Exporter):
         sentences = verification_sentences(self.request.model_dir, 8) if self.request.model_dir else []
         requests = translator_warmup_requests(name, sentences, translator.default_options,
                                               shortlist=translator.shortlist is not None)
+        if translator.jit_step:  # compile the step for every shape bucket before serving
+            buckets, longest = translator.shape_buckets, translator.max_input_length + 1
+            requests += bucket_warmup_requests(name, sentences, translator.default_options, buckets,
+                                               translator.source_length, longest)
+            self.request.log(f"warm-up requests cover the compiled step's "
+                             f"{len(buckets.shapes(buckets.searches[-1], longest))} shape buckets")
         write_warmup_requests(directory, requests)
 
     def translate(self, directory, sentences, switch=None):

@@ -12,7 +12,7 @@ messages, each holding one ``PredictRequest``; TF Serving accepts at most
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Sequence
+from typing import Callable, Iterable, List, Sequence
 
 WARMUP_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -68,6 +68,52 @@ def read_warmup_requests(version_dir: str) -> List:
     for record in tf.data.TFRecordDataset(path):
         log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
         requests.append(log.predict_log.request)
+    return requests
+
+
+def sentence_of_length(sentences: Sequence[str], fits: Callable[[str], int], lower: int) -> str:
+    """The shortest run of ``sentences``' words (cycled) whose ``fits`` count (source length) exceeds ``lower``."""
+    words = " ".join(sentences).split() or ["a"]
+    count = 1
+    while fits(" ".join(words[i % len(words)] for i in range(count))) <= lower:
+        count *= 2
+    low, high = count // 2, count  # the length is monotone in the words taken: bisect
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(" ".join(words[i % len(words)] for i in range(middle))) <= lower:
+            low = middle
+        else:
+            high = middle
+    return " ".join(words[i % len(words)] for i in range(high))
+
+
+def bucket_warmup_requests(model_name: str, sentences: Sequence[str], options, buckets, source_length,
+                           max_source: int) -> List:
+    """Requests that run the compiled step at every (searches, source) bucket of ``buckets``
+    (:class:`gnmt_tf.decoding.buckets.ShapeBuckets`), through each search graph of the translator
+    (``translate_with_options``, which ``serving_default`` calls, and ``translate_nbest``).
+
+    A bucket's request has as many sentences as the bucket has searches, each as long as the
+    shortest source that lands in it; as a batch's searches end, the step meets the smaller
+    search buckets, which have their own requests too. ``source_length(sentence)``: the
+    translator's source length of a sentence (wordpieces + EOS); ``max_source``: the longest
+    source the translator keeps.
+    """
+    requests = []
+    smaller = 0
+    by_length = {}
+    for length in buckets.source:
+        if smaller >= max_source:
+            break
+        sentence = sentence_of_length(sentences, source_length, smaller)
+        if not smaller < source_length(sentence) <= length:  # a word longer than the bucket's span
+            raise ValueError(f"no warm-up sentence lands in the source bucket {length}")
+        by_length[length] = sentence
+        smaller = length
+    for searches, length in buckets.shapes(buckets.searches[-1], max_source):
+        batch = [by_length[length]] * searches
+        for signature in ("translate_with_options", "translate_nbest"):
+            requests.append(predict_request(model_name, batch, signature, **options))
     return requests
 
 

@@ -99,6 +99,15 @@ def test_xla_export_compiles_its_steps_and_translates_like_the_float_export(expo
     assert compiled["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
     assert compiled["translations"].numpy()[0] == b"trois un quatre"
     assert compiled["scores"].numpy() == pytest.approx(expected["scores"].numpy(), abs=1e-4)
+    # Its warm-up compiles every shape bucket (tests/export/test_bucket_warmup.py): both search
+    # graphs at every bucket's number of sentences.
+    from export.warmup import read_warmup_requests
+    from gnmt_tf.decoding.buckets import ShapeBuckets
+
+    warmed = {(r.model_spec.signature_name, tf.make_ndarray(r.inputs["sentences"]).size)
+              for r in read_warmup_requests(exports["xla"])}
+    assert {(signature, searches) for signature in ("translate_with_options", "translate_nbest")
+            for searches in ShapeBuckets().searches} <= warmed
 
 
 @pytest.mark.parametrize("args, message", [
