@@ -11,8 +11,9 @@ Part A, a trained model directory (``python -m gnmt_tf.train`` writes one):
   exporter default), int8 with int8 products, int8 products + XLA; TFLite
   float and int8 (dynamic range);
 * for each artifact and each thread count, a fresh worker process loads it as
-  a user would (``tf.saved_model.load(dir).signatures["serving_default"]``,
-  :class:`export.tflite.TFLiteTranslator`), plus two in-process Python API
+  a user would (``tf.saved_model.load(dir).signatures["serving_default"]``, after
+  replaying the version's warm-up requests as TF Serving does, which ``load_seconds``
+  includes; :class:`export.tflite.TFLiteTranslator`), plus two in-process Python API
   rows: ``keras`` (:class:`gnmt_tf.inference.translator.Translator` on the model
   directory) and ``keras_int8`` (the same inside ``model.transformed_weights(Int8Weights(model))``).
   It warms up on one sentence (``first_call_seconds``: includes tracing, and
@@ -238,7 +239,9 @@ def _load_translate(tf, name, job, threads):
         return translator.translate, stack
     path = job["paths"][name]
     if spec["format"] == "saved_model":
-        serving = tf.saved_model.load(path).signatures["serving_default"]
+        loaded = tf.saved_model.load(path)
+        _replay_warmup(tf, loaded, path)
+        serving = loaded.signatures["serving_default"]
 
         def translate(batch):
             texts = serving(sentences=tf.constant(batch, tf.string))["translations"].numpy()
@@ -250,6 +253,19 @@ def _load_translate(tf, name, job, threads):
 
     interpreter = TFLiteTranslator(os.path.join(path, TFLiteExporter.MODEL_FILE), num_threads=threads)
     return (lambda batch: interpreter.translate(batch)[0]), contextlib.ExitStack()
+
+
+def _replay_warmup(tf, loaded, path):
+    """What TF Serving does before it serves a version: replay its warm-up requests (timed)."""
+    from export.warmup import read_warmup_requests
+
+    started = time.perf_counter()
+    requests = read_warmup_requests(path)
+    for request in requests:
+        signature = loaded.signatures[request.model_spec.signature_name or "serving_default"]
+        signature(**{name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
+    print(f"  replayed {len(requests)} warm-up requests in {time.perf_counter() - started:.1f} s",
+          file=sys.stderr, flush=True)
 
 
 def _timed_pass(translate, chunks):
