@@ -217,17 +217,19 @@ class GNMTDecoder(keras.layers.Layer):
         context = tf.zeros([batch, self.encoder_width], dtype=dtype)
         return DecoderState(layers=layers, context=context, memory=memory)
 
-    def advance(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
-                projected: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
-        """The recurrent part of a step: one token per sentence -> (top output [B, units],
-        attention probs [B, S], new state); :meth:`step` adds the softmax projection.
+    def step(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
+             projected: Optional[tf.Tensor] = None,
+             softmax_columns: Optional[DenseColumns] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+        """One token per sentence -> (logits [B, V], probs [B, S], new state).
 
         The token comes as ``embedded`` [B, E], or as ``projected`` [B, 4 units]: the bottom
-        layer's input projection already made (:class:`TargetInputProjection`).
+        layer's input projection already made (:class:`TargetInputProjection`). ``softmax_columns``:
+        a vocabulary shortlist (see :meth:`logits`).
         """
         if projected is None:
             projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context))
         bottom, bottom_state = self.bottom_cell.recur(projected, state.layers[0])
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
-        return top, probs, DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
+        new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
+        return self.logits(top, training=False, softmax_columns=softmax_columns), probs, new_state

@@ -19,7 +19,7 @@ is masked in every layer, so it never changes a real position's output.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import tensorflow as tf
 import tf_keras as keras
@@ -244,30 +244,17 @@ class GNMT(keras.Model):
 
     def step(self, state: DecoderState, token_ids,
              softmax_columns: Optional[DenseColumns] = None,
-             target_inputs: Optional[TargetInputProjection] = None,
-             advance: Optional[Callable] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
+             target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
 
         ``softmax_columns`` (:meth:`softmax_columns`): a vocabulary shortlist; only its ids' logits
         are computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
         ``target_inputs``: read the bottom layer's input projection of the tokens from a
         precomputed table (:meth:`target_input_projection`) instead of embedding them.
-        ``advance``: what runs the recurrent part, ``(state, token_ids) -> (top, probs, state)``
-        (e.g. :meth:`advance` compiled with XLA, the softmax then staying outside it);
-        default :meth:`advance` with ``target_inputs``.
         """
-        if advance is None:
-            top, probs, new_state = self.advance(state, token_ids, target_inputs)
-        else:
-            top, probs, new_state = advance(state, token_ids)
-        return self.decoder.logits(top, training=False, softmax_columns=softmax_columns), probs, new_state
-
-    def advance(self, state: DecoderState, token_ids,
-                target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
-        """:meth:`step` without the softmax: -> (top decoder output [B, units], attention probs, new state)."""
         if target_inputs is None:
-            return self.decoder.advance(state, self.embed_target(token_ids))
-        return self.decoder.advance(state, projected=target_inputs(token_ids, state.context))
+            return self.decoder.step(state, self.embed_target(token_ids), softmax_columns=softmax_columns)
+        return self.decoder.step(state, projected=target_inputs(token_ids, state.context), softmax_columns=softmax_columns)
 
     def target_input_table(self) -> tf.Tensor:
         """The bottom decoder layer's input projection of every target token: [V, 4 units] (Devlin 2017).
