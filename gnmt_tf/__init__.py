@@ -10,6 +10,8 @@ The public names below are imported on first use, so that command-line tools
 
 import importlib
 
+from gnmt_tf.lazy import lazy_names
+
 __version__ = "0.1.0"
 
 _PUBLIC = {
@@ -27,16 +29,5 @@ _PUBLIC = {
     "QuantizationAwareTraining": "gnmt_tf.quantization.qat",
 }
 
-__all__ = sorted(_PUBLIC) + ["keras", "__version__"]
-
-
-def __getattr__(name):
-    if name == "keras":
-        return importlib.import_module("tf_keras")
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'gnmt_tf' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_names(__name__, _PUBLIC, {"keras": lambda: importlib.import_module("tf_keras")},
+                                           defined=["__version__"])

@@ -12,7 +12,7 @@ the command lines, the config and the serving client can check options without l
 TensorFlow.
 """
 
-import importlib
+from gnmt_tf.lazy import lazy_names
 
 _PUBLIC = {
     "EOS_RULES": "gnmt_tf.decoding.beam",
@@ -41,14 +41,4 @@ _PUBLIC = {
     "search_option_problem": "gnmt_tf.decoding.options",
 }
 
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name):
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'gnmt_tf.decoding' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_names(__name__, _PUBLIC)

@@ -12,7 +12,7 @@ The public names below are imported on first use, so that importing this package
 only what is asked for.
 """
 
-import importlib
+from gnmt_tf.lazy import lazy_names
 
 _PUBLIC = {
     "Trainer": "gnmt_tf.training.trainer",
@@ -25,14 +25,4 @@ _PUBLIC = {
     "DeltaAnnealing": "gnmt_tf.training.callbacks",
 }
 
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name):
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'gnmt_tf.training' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_names(__name__, _PUBLIC)
