@@ -93,11 +93,12 @@ def bucket_warmup_requests(model_name: str, sentences: Sequence[str], options, b
     (:class:`gnmt_tf.decoding.buckets.ShapeBuckets`), through each search graph of the translator
     (``translate_with_options``, which ``serving_default`` calls, and ``translate_nbest``).
 
-    A bucket's request has as many sentences as the bucket has searches, each as long as the
-    shortest source that lands in it; as a batch's searches end, the step meets the smaller
-    search buckets, which have their own requests too. ``source_length(sentence)``: the
-    translator's source length of a sentence (wordpieces + EOS); ``max_source``: the longest
-    source the translator keeps.
+    A bucket's request has as many sentences as the bucket has searches: one as long as the
+    shortest source that lands in the bucket, the others short, so that they end early and the
+    request costs about one long search (as searches end, the step meets the smaller search
+    buckets, which have their own requests too). ``source_length(sentence)``: the translator's
+    source length of a sentence (wordpieces + EOS); ``max_source``: the longest source the
+    translator keeps.
     """
     requests = []
     smaller = 0
@@ -110,8 +111,9 @@ def bucket_warmup_requests(model_name: str, sentences: Sequence[str], options, b
             raise ValueError(f"no warm-up sentence lands in the source bucket {length}")
         by_length[length] = sentence
         smaller = length
+    short = by_length[buckets.source[0]]
     for searches, length in buckets.shapes(buckets.searches[-1], max_source):
-        batch = [by_length[length]] * searches
+        batch = [by_length[length]] + [short] * (searches - 1)
         for signature in ("translate_with_options", "translate_nbest"):
             requests.append(predict_request(model_name, batch, signature, **options))
     return requests
