@@ -106,18 +106,29 @@ def held_out_number_pairs(count, seen_pairs):
 
 @pytest.fixture(scope="session")
 def exported_number_model(trained_number_model, tmp_path_factory):
-    """The fixture model exported once as a SavedModel; returns the version directory.
+    """The fixture model exported once as a SavedModel by ``python -m export``; returns the version directory.
 
-    Tests that need a model base path of their own copy it (``copy_version``) rather than
-    exporting again: an export (trace, save, check) takes tens of seconds.
+    Its base path (the version directory's parent) holds that version alone. Tests that need a
+    model base path of their own copy it (``copy_version``) rather than exporting again: an export
+    (trace, save, check) takes tens of seconds.
     """
-    from export.exporters import ExportRequest, export
-
     model_dir, _ = trained_number_model
-    return _built_once_per_run(
-        tmp_path_factory, "exported",
-        lambda directory: export(ExportRequest(model_dir=model_dir, output=str(directory / "gnmt"), version=1,
-                                               log=lambda message: None), "saved_model"))
+    return _built_once_per_run(tmp_path_factory, "exported", lambda directory: _export_float(model_dir, directory))
+
+
+def _export_float(model_dir, directory):
+    from helpers import run_in_process
+
+    base = str(directory / "gnmt")
+    # The command line, run in this process (it spares a TensorFlow start); what it prints is checked here.
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", base,
+                             "--format", "saved_model"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checked: 10 sentences translate identically" in result.stdout  # 8 dev sentences + 2 edge cases
+    # The op check of TF Serving's runtime ran (tests/export/test_serving_runtime.py tests it).
+    assert "checked: every op is registered by TF Serving 2.20.0 (TensorFlow 2.20" in result.stdout
+    assert f"exported {os.path.join(base, '1')}" in result.stdout
+    return os.path.join(base, "1")
 
 
 # name: the fixture model's int8 exports, each made once through the command line: (format, options)
