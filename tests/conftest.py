@@ -143,7 +143,8 @@ INT8_EXPORTS = {
 def int8_exports(trained_number_model, tmp_path_factory):
     """The int8 exports of INT8_EXPORTS (tflite only where its interpreter is installed), made once per run.
 
-    Through the command line, side by side; each checks its dev BLEU itself. Returns
+    Through the command line, in this process (one TensorFlow start less per export); each checks its
+    dev BLEU itself. Returns
     (model_dir, {name: version directory}). Checked in tests/export/test_export_int8.py, and
     loaded in TF Serving's runtime by tests/export/test_serving_runtime.py.
     """
@@ -154,16 +155,15 @@ def int8_exports(trained_number_model, tmp_path_factory):
 def _export_int8(model_dir, base):
     import importlib.util
 
-    from helpers import ROOT, run_side_by_side
+    from helpers import run_each_in_process
 
     wanted = {name: spec for name, spec in INT8_EXPORTS.items()
               if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
     commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
                   "--format", format_name, "--quantize", "int8", *options], None)
                 for name, (format_name, options) in wanted.items()]
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     paths = {}
-    for name, result in zip(wanted, run_side_by_side(*commands, env=env, timeout=900)):
+    for name, result in zip(wanted, run_each_in_process(*commands)):
         assert result.returncode == 0, (name, result.stderr[-3000:])
         assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
         paths[name] = os.path.join(base, name, "1")
