@@ -106,18 +106,29 @@ def held_out_number_pairs(count, seen_pairs):
 
 @pytest.fixture(scope="session")
 def exported_number_model(trained_number_model, tmp_path_factory):
-    """The fixture model exported once as a SavedModel; returns the version directory.
+    """The fixture model exported once as a SavedModel by ``python -m export``; returns the version directory.
 
-    Tests that need a model base path of their own copy it (``copy_version``) rather than
-    exporting again: an export (trace, save, check) takes tens of seconds.
+    Its base path (the version directory's parent) holds that version alone. Tests that need a
+    model base path of their own copy it (``copy_version``) rather than exporting again: an export
+    (trace, save, check) takes tens of seconds.
     """
-    from export.exporters import ExportRequest, export
-
     model_dir, _ = trained_number_model
-    return _built_once_per_run(
-        tmp_path_factory, "exported",
-        lambda directory: export(ExportRequest(model_dir=model_dir, output=str(directory / "gnmt"), version=1,
-                                               log=lambda message: None), "saved_model"))
+    return _built_once_per_run(tmp_path_factory, "exported", lambda directory: _export_float(model_dir, directory))
+
+
+def _export_float(model_dir, directory):
+    from helpers import run_in_process
+
+    base = str(directory / "gnmt")
+    # The command line, run in this process (it spares a TensorFlow start); what it prints is checked here.
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", base,
+                             "--format", "saved_model"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checked: 10 sentences translate identically" in result.stdout  # 8 dev sentences + 2 edge cases
+    # The op check of TF Serving's runtime ran (tests/export/test_serving_runtime.py tests it).
+    assert "checked: every op is registered by TF Serving 2.20.0 (TensorFlow 2.20" in result.stdout
+    assert f"exported {os.path.join(base, '1')}" in result.stdout
+    return os.path.join(base, "1")
 
 
 # name: the fixture model's int8 exports, each made once through the command line: (format, options)
@@ -132,7 +143,8 @@ INT8_EXPORTS = {
 def int8_exports(trained_number_model, tmp_path_factory):
     """The int8 exports of INT8_EXPORTS (tflite only where its interpreter is installed), made once per run.
 
-    Through the command line, side by side; each checks its dev BLEU itself. Returns
+    Through the command line, in this process (one TensorFlow start less per export); each checks its
+    dev BLEU itself. Returns
     (model_dir, {name: version directory}). Checked in tests/export/test_export_int8.py, and
     loaded in TF Serving's runtime by tests/export/test_serving_runtime.py.
     """
@@ -143,16 +155,15 @@ def int8_exports(trained_number_model, tmp_path_factory):
 def _export_int8(model_dir, base):
     import importlib.util
 
-    from helpers import ROOT, run_side_by_side
+    from helpers import run_each_in_process
 
     wanted = {name: spec for name, spec in INT8_EXPORTS.items()
               if spec[0] != "tflite" or importlib.util.find_spec("ai_edge_litert")}
     commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
                   "--format", format_name, "--quantize", "int8", *options], None)
                 for name, (format_name, options) in wanted.items()]
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     paths = {}
-    for name, result in zip(wanted, run_side_by_side(*commands, env=env, timeout=900)):
+    for name, result in zip(wanted, run_each_in_process(*commands)):
         assert result.returncode == 0, (name, result.stderr[-3000:])
         assert "checked: dev BLEU float" in result.stdout  # the exporter's own gate, on dev.tsv
         paths[name] = os.path.join(base, name, "1")
@@ -175,11 +186,12 @@ def copy_version(version_dir, base, version=1):
 # the other one trains it (the second file's first test).
 LONGEST_FILES_FIRST = (
     "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
-    "test_serving_server.py", "test_export_int8.py", "test_export_saved_model.py", "test_export_cli.py",
+    "test_serving_server.py", "test_export_int8.py", "test_export_cli.py",
     # after the exports it loads, so that it finds them made and, on a new machine, TF Serving's
     # runtime built meanwhile in the background (below)
     "test_serving_runtime.py",
-    "test_export_shortlist.py", "test_translator.py", "test_qat.py", "test_reinforce.py", "test_plots.py",
+    "test_export_shortlist.py", "test_translator.py", "test_qat.py", "test_reinforce.py",
+    "test_export_saved_model.py", "test_plots.py",
     "test_translate_cli.py", "test_evaluate_cli.py", "test_shortlist_cli.py", "test_summary_cli.py",
 )
 

@@ -8,15 +8,14 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers import ROOT, run_side_by_side
+from helpers import run_each_in_process
 
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.model_dir import load_model_dir
 
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "", "nine", "two five eight nine", "seven six"]
 
-# name: the options of each export this file checks, made once and side by side
+# name: the options of each export this file checks, made once (in this process: no TensorFlow start each)
 EXPORTS = {"beam_2": ["--beam-width", "2"], "xla": ["--xla"]}
 
 
@@ -37,7 +36,7 @@ def exports(trained_number_model, tmp_path_factory):
     commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
                   "--format", "saved_model", *options], None) for name, options in wanted.items()]
     paths = {}
-    for name, result in zip(wanted, run_side_by_side(*commands, env=ENV, timeout=900)):
+    for name, result in zip(wanted, run_each_in_process(*commands)):
         assert result.returncode == 0, (name, result.stderr[-3000:])
         assert "checked: 10 sentences translate identically" in result.stdout  # 8 dev sentences + 2 edge cases
         paths[name] = os.path.join(base, name, "1")

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from export.exporters import ExportError, ExportRequest, export, next_version
-from helpers import ROOT
+from helpers import ROOT, run_in_process
 
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "eight six"]
@@ -37,16 +37,16 @@ def run(args, **kwargs):
     return subprocess.run([sys.executable, *args], env=ENV, capture_output=True, text=True, timeout=600, **kwargs)
 
 
+def export_command(*args):
+    """``python -m export ARGS`` run in this process (a usage error or an export: the command's own work)."""
+    return run_in_process([sys.executable, "-m", "export", *args])
+
+
 @pytest.fixture(scope="module")
-def exported(trained_number_model, tmp_path_factory):
+def exported(trained_number_model, exported_number_model):
+    """The session's export, made by ``python -m export`` with its checks (tests/conftest.py): model dir, base path."""
     model_dir, _ = trained_number_model
-    base = str(tmp_path_factory.mktemp("serving") / "gnmt")
-    result = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "saved_model"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "checked:" in result.stdout
-    # The op check of TF Serving's runtime ran (tests/export/test_serving_runtime.py tests it).
-    assert "checked: every op is registered by TF Serving 2.20.0 (TensorFlow 2.20" in result.stdout
-    return model_dir, base
+    return model_dir, os.path.dirname(exported_number_model)
 
 
 def test_layout_and_fresh_process_without_gnmt_tf(exported):
@@ -59,15 +59,19 @@ def test_layout_and_fresh_process_without_gnmt_tf(exported):
     assert not out["gnmt_tf_imported"]
     assert out["signatures"] == ["serving_default", "translate_nbest", "translate_with_options"]
     assert out["nbest_shape"][0] == len(SENTENCES)
-    # The same strings as python -m gnmt_tf.translate on the same model.
-    cli = run(["-m", "gnmt_tf.translate", "--model-dir", model_dir], input="\n".join(SENTENCES) + "\n")
+    # The same strings as python -m gnmt_tf.translate on the same model (run in this process).
+    cli = run_in_process([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir],
+                         "\n".join(SENTENCES) + "\n")
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert out["translations"] == cli.stdout.split("\n")[: len(SENTENCES)]
     assert out["translations"][0] == "trois un quatre" and out["translations"][1] == ""
 
 
 def test_next_version_and_existing_version(exported, tmp_path):
-    model_dir, base = exported
+    from conftest import copy_version
+
+    model_dir, shared_base = exported
+    base = copy_version(os.path.join(shared_base, "1"), str(tmp_path / "gnmt"))  # the shared one stays as it is
     assert next_version(base) == 2
     logs = []
     target = export(ExportRequest(model_dir=model_dir, output=base, log=logs.append), "saved_model")
@@ -79,15 +83,14 @@ def test_next_version_and_existing_version(exported, tmp_path):
 
 def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
     model_dir, _ = trained_number_model
-    unknown = run(["-m", "export", "--model-dir", model_dir, "--output", str(tmp_path / "x"), "--format", "onnx"])
+    unknown = export_command("--model-dir", model_dir, "--output", str(tmp_path / "x"), "--format", "onnx")
     assert unknown.returncode == 2 and "unknown format 'onnx'" in unknown.stderr
     empty = tmp_path / "no_checkpoint"
     empty.mkdir()
     for name in ("config.yaml", "wordpieces.txt"):
         with open(os.path.join(model_dir, name), encoding="utf-8") as src:
             (empty / name).write_text(src.read(), encoding="utf-8")
-    missing = run(["-m", "export", "--model-dir", str(empty), "--output", str(tmp_path / "y"),
-                   "--format", "saved_model"])
+    missing = export_command("--model-dir", str(empty), "--output", str(tmp_path / "y"), "--format", "saved_model")
     assert missing.returncode == 1 and "has no checkpoint" in missing.stderr
     assert not (tmp_path / "y").exists() or not os.listdir(tmp_path / "y")
 
@@ -96,7 +99,7 @@ def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
     pytest.importorskip("ai_edge_litert")
     model_dir, _ = trained_number_model
     base = str(tmp_path / "gnmt_tflite")
-    result = run(["-m", "export", "--model-dir", model_dir, "--output", base, "--format", "tflite"])
+    result = export_command("--model-dir", model_dir, "--output", base, "--format", "tflite")
     assert result.returncode == 0, result.stderr[-3000:]
     version = os.path.join(base, "1")
     assert sorted(os.listdir(version)) == ["translator.ops.txt", "translator.tflite"]

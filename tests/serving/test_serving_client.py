@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import copy_version
-from helpers import run_in_process, run_side_by_side
+from helpers import run_each_in_process, run_in_process, run_side_by_side
 from serving_helpers import ENV, ROOT, ServerProcess, free_port, savedmodel_signatures
 
 from serving.client import GrpcClient, RestClient, ServingRequestError
@@ -43,29 +43,25 @@ def _seed_everything():
 def served(trained_number_model, exported_number_model, tmp_path_factory):
     """The exported fixture model behind ``python -m serving.server`` on loopback ports.
 
-    While the server starts, python -m gnmt_tf.translate translates SENTENCES (the Keras model's
-    answers) and this process loads the SavedModel (its answers, called directly: ``direct``).
+    While the server starts, python -m gnmt_tf.translate translates SENTENCES in this process (the
+    Keras model's answers) and this process loads the SavedModel (its answers, called directly: ``direct``).
     """
     model_dir, _ = trained_number_model
     base = copy_version(exported_number_model, str(tmp_path_factory.mktemp("client") / "gnmt"))
     rest_port = free_port()
     server = ServerProcess(["--port", "0", "--rest_api_port", str(rest_port), "--model_name", "gnmt",
                             "--model_base_path", base], watchdog_seconds=600)
-    translate = subprocess.Popen(
-        [sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir], env=ENV,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         direct = savedmodel_signatures(os.path.join(base, "1"))
-        stdout, stderr = translate.communicate("\n".join(SENTENCES) + "\n", timeout=300)
-        assert translate.returncode == 0, stderr[-2000:]
+        translate = run_in_process([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", model_dir],
+                                   "\n".join(SENTENCES) + "\n")
+        assert translate.returncode == 0, translate.stderr[-2000:]
         server.wait_until_serving()
         status = RestClient(f"http://127.0.0.1:{rest_port}", "gnmt", timeout=60).status()
         assert status[0]["state"] == "AVAILABLE", status
         yield SimpleNamespace(rest_port=rest_port, grpc_port=server.grpc_port, direct=direct,
-                              translations=stdout.split("\n")[: len(SENTENCES)])
+                              translations=translate.stdout.split("\n")[: len(SENTENCES)])
     finally:
-        if translate.poll() is None:
-            translate.kill()
         server.kill()
 
 
@@ -170,10 +166,11 @@ def test_unavailable_server_is_retried_with_backoff_then_reported(kind):
 
 
 def test_client_command_line(served):
-    """Every option of python -m serving.client; independent runs, so side by side.
+    """Every option of python -m serving.client; the REST runs side by side as processes, the two gRPC
+    runs in this process (its client imports TensorFlow, which costs a process seconds of CPU).
 
-    Only two go over gRPC: its client imports TensorFlow (seconds of CPU per process); what the
-    options do over gRPC is the same client code, checked in-process above for both protocols.
+    Only two go over gRPC: what the options do over gRPC is the same client code, checked in-process
+    above for both protocols.
     """
     rest = ["--rest", f"http://127.0.0.1:{served.rest_port}"]
     grpc = ["--grpc", f"127.0.0.1:{served.grpc_port}"]
@@ -193,8 +190,11 @@ def test_client_command_line(served):
         "rest_metadata": ([*rest, "--metadata"], None),
         "rest_metadata_v1": ([*rest, "--metadata", "--version", "1"], None),
     }
-    commands = [([sys.executable, "-m", "serving.client", *args], text) for args, text in cases.values()]
-    results = dict(zip(cases, run_side_by_side(*commands, env=ENV)))
+    commands = {name: ([sys.executable, "-m", "serving.client", *args], text) for name, (args, text) in cases.items()}
+    over_grpc = [name for name, (args, _) in cases.items() if "--grpc" in args]
+    results = dict(zip(over_grpc, run_each_in_process(*[commands[name] for name in over_grpc])))
+    over_rest = [name for name in cases if name not in over_grpc]
+    results.update(zip(over_rest, run_side_by_side(*[commands[name] for name in over_rest], env=ENV)))
     direct = served.direct
     for name in ("rest", "grpc_v1", "status", "status_v1", "rest_nbest", "grpc_nbest_options", "rest_v1_scores",
                  "rest_metadata", "rest_metadata_v1"):
