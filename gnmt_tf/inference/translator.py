@@ -62,6 +62,11 @@ SCALAR = tf.TensorSpec([], tf.float32)
 SWITCH = tf.TensorSpec([], tf.bool)
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
 
+# Every loop and branch on a tensor in the translator is written as tf.while_loop / tf.cond /
+# tf.where already, so AutoGraph would only re-parse the Python source of ~70 functions (model,
+# layers, strategies), which took 7 of the 9 s of a translator's first call.
+graph_function = functools.partial(tf.function, autograph=False)
+
 
 class TranslatorModule(tf.Module):
     """A trained GNMT and its tokenizer as string-to-string TensorFlow functions (the exported translator).
@@ -151,16 +156,16 @@ class TranslatorModule(tf.Module):
         self.shortlist = ShortlistTables(shortlist, name="shortlist") if shortlist is not None else None
         # The default of the functions without a use_shortlist input: the config's, where there is one.
         self.uses_shortlist = bool(decoding.use_shortlist and self.shortlist is not None)
-        self.translate = tf.function(self._translate, input_signature=[SENTENCES])
-        self.translate_with_options = tf.function(
+        self.translate = graph_function(self._translate, input_signature=[SENTENCES])
+        self.translate_with_options = graph_function(
             self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
         )
-        self.translate_nbest = tf.function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
+        self.translate_nbest = graph_function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
         if self.shortlist is not None:
             switched = [SENTENCES, SCALAR, SCALAR, SCALAR, SWITCH]
-            self.translate_with_shortlist = tf.function(self._translate_with_shortlist,
+            self.translate_with_shortlist = graph_function(self._translate_with_shortlist,
                                                         input_signature=switched)
-            self.translate_nbest_with_shortlist = tf.function(self._translate_nbest_with_shortlist,
+            self.translate_nbest_with_shortlist = graph_function(self._translate_nbest_with_shortlist,
                                                               input_signature=switched)
         # The Python API's compiled pieces, made on first use (not saved: not attributes tf.Module tracks).
         object.__setattr__(self, "_compiled", {})
@@ -219,7 +224,7 @@ class TranslatorModule(tf.Module):
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
             # Under XLA the whole softmax's step only: a shortlist's size changes with every batch,
             # so its step would compile again for almost every request.
-            full_step = tf.function(step, jit_compile=True) if self.jit_step else step
+            full_step = graph_function(step, jit_compile=True) if self.jit_step else step
 
             def run(step_fn):
                 output = decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
@@ -375,7 +380,7 @@ class TranslatorModule(tf.Module):
         return self._compiled[key]
 
     def compiled_preprocess(self):
-        return self.compiled(("preprocess",), lambda: tf.function(self.preprocess, input_signature=[SENTENCES]))
+        return self.compiled(("preprocess",), lambda: graph_function(self.preprocess, input_signature=[SENTENCES]))
 
     def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool,
                        use_shortlist: bool = False):
@@ -386,7 +391,7 @@ class TranslatorModule(tf.Module):
                 return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best,
                                           return_attention, use_shortlist=use_shortlist)
 
-            return tf.function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
+            return graph_function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
 
         return self.compiled(("nbest", beam_width, n_best, return_attention, use_shortlist), make)
 
@@ -396,7 +401,7 @@ class TranslatorModule(tf.Module):
             ids = self.search(source_ids, GreedySearch())
             return self.postprocess(source_ids, tf.expand_dims(ids, 1))[:, 0]
 
-        return self.compiled(("greedy",), lambda: tf.function(greedy, input_signature=[SOURCE_IDS]))
+        return self.compiled(("greedy",), lambda: graph_function(greedy, input_signature=[SOURCE_IDS]))
 
     def compiled_score(self, return_attention: bool):
         """log P(Y|X), eq. 14 and lengths of given target ids (each ending with EOS) for source ids."""
@@ -404,7 +409,7 @@ class TranslatorModule(tf.Module):
             alpha, beta = self.checked_options(alpha=alpha, beta=beta)
             return self.search(source_ids, ForcedScoring(target_ids, alpha, beta, return_attention))._asdict()
 
-        return self.compiled(("score", return_attention), lambda: tf.function(
+        return self.compiled(("score", return_attention), lambda: graph_function(
             score, input_signature=[SOURCE_IDS, SOURCE_IDS, SCALAR, SCALAR]))
 
 
