@@ -81,12 +81,14 @@ class TranslatorModule(tf.Module):
             computes with eq. 12's int8 weights, and the module tracks only those plus the
             weights kept in float, so a SavedModel of it stores int8.
         jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
-            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. A search with the
-            shortlist runs its step uncompiled (the shortlist's size changes per batch). The searches then
+            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. The searches then
             run at ``shape_buckets``' sizes (default :class:`gnmt_tf.decoding.buckets.ShapeBuckets`),
-            so the step compiles once per bucket, not once per batch and source length.
-        shape_buckets: pad the running searches and the source length to these sizes (also
-            without ``jit_step``; outputs are unchanged up to float rounding).
+            so the step compiles once per bucket, not once per batch and source length. A search
+            with the shortlist runs its step uncompiled and unpadded (the shortlist's size changes
+            per batch).
+        shape_buckets: pad the running searches and the source length of the searches over the
+            whole softmax to these sizes (also without ``jit_step``; outputs are unchanged up to
+            float rounding).
         precompute_target_inputs: compute the bottom decoder layer's input projection of
             every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`; in int8
             with ``int8_weights``) so that each step gathers a row instead of a product
@@ -216,9 +218,6 @@ class TranslatorModule(tf.Module):
                              "builds one)")
         with self._weights():
             memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
-            source_length = tf.shape(memory.mask)[1]
-            if self.shape_buckets is not None:
-                memory = memory.padded_to(self.shape_buckets.source_size(source_length))
             step = self.model.step
             if self.target_input_rows is not None:
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
@@ -226,21 +225,30 @@ class TranslatorModule(tf.Module):
             # so its step would compile again for almost every request.
             full_step = graph_function(step, jit_compile=True) if self.jit_step else step
 
-            def run(step_fn):
-                output = decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
-                                max_length_ratio=self.decoding.max_length_ratio, buckets=self.shape_buckets)
-                return _without_padded_source(output, source_length) if self.shape_buckets is not None else output
+            def run(step_fn, buckets: Optional[ShapeBuckets] = None):
+                if buckets is None:
+                    return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
+                                  max_length_ratio=self.decoding.max_length_ratio)
+                source_length = tf.shape(memory.mask)[1]
+                padded = memory.padded_to(buckets.source_size(source_length))
+                output = decode(step_fn, self.model.initial_state(padded), padded.mask, strategy,
+                                max_length_ratio=self.decoding.max_length_ratio, buckets=buckets)
+                return _without_padded_source(output, source_length)
 
             def run_shortlisted():
                 output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
                 columns = self.model.softmax_columns(output_ids)  # gathered once, outside the loop
+                # At its own shapes: buckets only spare compilations, and this step is not compiled.
                 return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
 
+            def run_full():
+                return run(full_step, self.shape_buckets)
+
             if use_shortlist is False:
-                return run(full_step)
+                return run_full()
             if use_shortlist is True:
                 return run_shortlisted()
-            return tf.cond(use_shortlist, run_shortlisted, lambda: run(full_step))
+            return tf.cond(use_shortlist, run_shortlisted, run_full)
 
     def _weights(self):
         """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
