@@ -189,9 +189,9 @@ def check_ops(ops: Iterable[str]) -> None:
 
 def tflite_translate_function(translator_module):
     """``translator_module.translate`` re-traced for TFLite (time loops without TensorArrays)."""
-    import tensorflow as tf
+    from gnmt_tf.inference.translator import graph_function
 
-    function = tf.function(
+    function = graph_function(
         lambda sentences: translator_module.translate_with_defaults(sentences, time_loop=CONCATENATING_LOOP),
         input_signature=translator_module.translate.input_signature,
     )

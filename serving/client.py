@@ -25,6 +25,9 @@ Command line::
 
     echo "Open the file" | python -m serving.client --rest http://localhost:8501 --model gnmt
     python -m serving.client --grpc localhost:8500 --model gnmt --status
+
+A model exported with a vocabulary shortlist takes ``use_shortlist`` per request
+(``client.translate(..., use_shortlist=True)`` with the three options; ``--shortlist``).
 """
 
 from __future__ import annotations
@@ -110,23 +113,42 @@ class _Client:
                 self._sleep(self.backoff * 2**attempt)
 
     def translate(self, sentences: Sequence[str], alpha=None, beta=None, beamsize=None,
-                  version: Optional[int] = None) -> List[Translation]:
-        """Translate a batch; ``alpha``/``beta``/``beamsize`` (all three) override the model's defaults."""
+                  version: Optional[int] = None, use_shortlist: Optional[bool] = None) -> List[Translation]:
+        """Translate a batch; ``alpha``/``beta``/``beamsize`` (all three) override the model's defaults.
+
+        ``use_shortlist`` True or False: decode with or without the vocabulary shortlist of a model
+        exported with one (its ``translate_with_shortlist`` signature, which also needs the three
+        options); None: the model's default.
+        """
         sentences = _check_sentences(sentences)
+        use_shortlist = _check_switch(use_shortlist)
         if not sentences:
             return []
         options = _options(alpha, beta, beamsize)
-        signature = "serving_default" if options is None else "translate_with_options"
-        outputs = self._predict(signature, sentences, options or {}, version)
+        if use_shortlist is None:
+            signature, scalars = ("serving_default", {}) if options is None else ("translate_with_options", options)
+        elif options is None:
+            raise ValueError("use_shortlist needs alpha, beta and beamsize too: translate_with_shortlist takes all four")
+        else:
+            signature, scalars = "translate_with_shortlist", {**options, "use_shortlist": use_shortlist}
+        outputs = self._predict(signature, sentences, scalars, version)
         return [Translation(text, float(score)) for text, score in zip(outputs["translations"], outputs["scores"])]
 
     def translate_nbest(self, sentences: Sequence[str], alpha: float = 0.2, beta: float = 0.2,
-                        beamsize: float = 3.0, version: Optional[int] = None) -> List[List[NBestEntry]]:
-        """n-best lists (best first) per sentence: all the model's n_best entries (fixed at export)."""
+                        beamsize: float = 3.0, version: Optional[int] = None,
+                        use_shortlist: Optional[bool] = None) -> List[List[NBestEntry]]:
+        """n-best lists (best first) per sentence: all the model's n_best entries (fixed at export).
+
+        ``use_shortlist``: as for :meth:`translate` (the ``translate_nbest_with_shortlist`` signature).
+        """
         sentences = _check_sentences(sentences)
+        use_shortlist = _check_switch(use_shortlist)
         if not sentences:
             return []
-        outputs = self._predict("translate_nbest", sentences, _options(alpha, beta, beamsize), version)
+        signature, scalars = "translate_nbest", _options(alpha, beta, beamsize)
+        if use_shortlist is not None:
+            signature, scalars = "translate_nbest_with_shortlist", {**scalars, "use_shortlist": use_shortlist}
+        outputs = self._predict(signature, sentences, scalars, version)
         result = []
         for texts, scores, lengths in zip(outputs["translations"], outputs["scores"], outputs["lengths"]):
             result.append([NBestEntry(t, float(s), int(n)) for t, s, n in zip(texts, scores, lengths)])
@@ -142,6 +164,12 @@ class _Client:
 
     def metadata(self, version: Optional[int] = None) -> Dict[str, Any]:
         raise NotImplementedError
+
+
+def _check_switch(use_shortlist) -> Optional[bool]:
+    if use_shortlist is not None and not isinstance(use_shortlist, bool):
+        raise TypeError(f"use_shortlist must be True, False or None, got {use_shortlist!r}")
+    return use_shortlist
 
 
 def _check_sentences(sentences: Sequence[str]) -> List[str]:
@@ -277,8 +305,9 @@ class GrpcClient(_Client):
         request = predict_pb2.PredictRequest()
         self._spec(request.model_spec, version, signature)
         request.inputs["sentences"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
-        for name, value in scalars.items():
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=tf.float32))
+        for name, value in scalars.items():  # the search options, and the shortlist's switch
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=tf.bool if isinstance(value, bool)
+                                                               else tf.float32))
         response = self._call(self.predictions.Predict, request, f"Predict {self.model}/{signature}")
         outputs = {}
         for name, proto in response.outputs.items():
@@ -341,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="coverage penalty beta (eq. 14); finite, >= 0")
     parser.add_argument("--beamsize", type=search_option_argument("beamsize"),
                         help="pruning margin (section 7); finite, >= 0; 1e9 never prunes")
+    parser.add_argument("--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
+                        help="decode with (--no-shortlist: without) the vocabulary shortlist of a model exported "
+                        "with one; without --nbest it needs --alpha, --beta and --beamsize "
+                        "(default: the model's setting)")
     parser.add_argument("--scores", action="store_true", help="print 'score<TAB>translation'")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
@@ -350,7 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.use_shortlist is not None and not args.nbest and None in (args.alpha, args.beta, args.beamsize):
+        parser.error("--shortlist and --no-shortlist need --alpha, --beta and --beamsize (or --nbest)")
     if args.batch_size < 1:
         print("error: --batch-size must be at least 1", file=sys.stderr)
         return 2
@@ -373,10 +409,12 @@ def main(argv=None) -> int:
             if args.nbest:
                 options = {k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("beamsize", args.beamsize))
                            if v is not None}
-                for entries in client.translate_nbest(batch, version=args.version, **options):
+                for entries in client.translate_nbest(batch, version=args.version, use_shortlist=args.use_shortlist,
+                                                      **options):
                     print(json.dumps([e.__dict__ for e in entries], ensure_ascii=False))
                 continue
-            for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version):
+            for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version,
+                                           use_shortlist=args.use_shortlist):
                 print(f"{result.score:.4f}\t{result.text}" if args.scores else result.text)
             sys.stdout.flush()
     except (ServingRequestError, ValueError, TypeError) as err:

@@ -267,7 +267,7 @@ def reference_coverage(tables: ShortlistTables, sources: Sequence[np.ndarray],
     the smallest allowed set; a batch allows the union of its sentences'). ``sources``: source ids as
     decoded (EOS included); ``references``: target piece ids; ``minimum`` as for ``allowed_ids``."""
     allowed_ids = tf.function(lambda ids: tables.allowed_ids(ids, minimum),
-                              input_signature=[tf.TensorSpec([1, None], tf.int32)])
+                              input_signature=[tf.TensorSpec([1, None], tf.int32)], autograph=False)
     covered, sizes = [], []
     for source, reference in zip(sources, references):
         allowed = allowed_ids(tf.constant(np.asarray(source, np.int32)[None, :])).numpy()

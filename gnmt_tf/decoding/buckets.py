@@ -7,7 +7,7 @@ with ``jit_compile=True`` would compile again for almost every request ("compile
 With :class:`ShapeBuckets` the search pads both up to the next bucket size, so the step is
 compiled for at most ``len(searches) * len(source)`` shapes (beyond the largest bucket, to
 multiples of it), and warm-up requests can compile all of them before serving starts
-(:func:`export.warmup.bucket_warmup_sentences`).
+(:func:`export.warmup.bucket_warmup_requests`).
 
 Padding never changes a real row's outputs: decoder rows are independent, padded searches
 copy a real search's rows and their outputs are dropped, and padded source positions are
@@ -60,18 +60,11 @@ class ShapeBuckets:
         return _bucket(self.source, length)
 
     def shapes(self, max_searches: int, max_source: int):
-        """Every (searches, source) bucket pair a search of at most these sizes can meet."""
-        searches = [size for size in self.searches if size <= _bucket_value(self.searches, max_searches)]
-        source = [size for size in self.source if size <= _bucket_value(self.source, max_source)]
+        """Every (searches, source) bucket pair a search of at most these sizes can meet (run eagerly)."""
+        largest_searches, largest_source = int(self.searches_size(max_searches)), int(self.source_size(max_source))
+        searches = [size for size in self.searches if size <= largest_searches]
+        source = [size for size in self.source if size <= largest_source]
         return [(rows, length) for rows in searches for length in source]
-
-
-def _bucket_value(sizes: Tuple[int, ...], count: int) -> int:
-    """:func:`_bucket` in Python."""
-    for size in sizes:
-        if count <= size:
-            return size
-    return -(-count // sizes[-1]) * sizes[-1]
 
 
 def _bucket(sizes: Tuple[int, ...], count) -> tf.Tensor:

@@ -62,6 +62,11 @@ SCALAR = tf.TensorSpec([], tf.float32)
 SWITCH = tf.TensorSpec([], tf.bool)
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
 
+# Every loop and branch on a tensor in the translator is written as tf.while_loop / tf.cond /
+# tf.where already, so AutoGraph would only re-parse the Python source of ~70 functions (model,
+# layers, strategies), which took 7 of the 9 s of a translator's first call.
+graph_function = functools.partial(tf.function, autograph=False)
+
 
 class TranslatorModule(tf.Module):
     """A trained GNMT and its tokenizer as string-to-string TensorFlow functions (the exported translator).
@@ -76,12 +81,14 @@ class TranslatorModule(tf.Module):
             computes with eq. 12's int8 weights, and the module tracks only those plus the
             weights kept in float, so a SavedModel of it stores int8.
         jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
-            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. A search with the
-            shortlist runs its step uncompiled (the shortlist's size changes per batch). The searches then
+            a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. The searches then
             run at ``shape_buckets``' sizes (default :class:`gnmt_tf.decoding.buckets.ShapeBuckets`),
-            so the step compiles once per bucket, not once per batch and source length.
-        shape_buckets: pad the running searches and the source length to these sizes (also
-            without ``jit_step``; outputs are unchanged up to float rounding).
+            so the step compiles once per bucket, not once per batch and source length. A search
+            with the shortlist runs its step uncompiled and unpadded (the shortlist's size changes
+            per batch).
+        shape_buckets: pad the running searches and the source length of the searches over the
+            whole softmax to these sizes (also without ``jit_step``; outputs are unchanged up to
+            float rounding).
         precompute_target_inputs: compute the bottom decoder layer's input projection of
             every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`; in int8
             with ``int8_weights``) so that each step gathers a row instead of a product
@@ -151,16 +158,16 @@ class TranslatorModule(tf.Module):
         self.shortlist = ShortlistTables(shortlist, name="shortlist") if shortlist is not None else None
         # The default of the functions without a use_shortlist input: the config's, where there is one.
         self.uses_shortlist = bool(decoding.use_shortlist and self.shortlist is not None)
-        self.translate = tf.function(self._translate, input_signature=[SENTENCES])
-        self.translate_with_options = tf.function(
+        self.translate = graph_function(self._translate, input_signature=[SENTENCES])
+        self.translate_with_options = graph_function(
             self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
         )
-        self.translate_nbest = tf.function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
+        self.translate_nbest = graph_function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
         if self.shortlist is not None:
             switched = [SENTENCES, SCALAR, SCALAR, SCALAR, SWITCH]
-            self.translate_with_shortlist = tf.function(self._translate_with_shortlist,
+            self.translate_with_shortlist = graph_function(self._translate_with_shortlist,
                                                         input_signature=switched)
-            self.translate_nbest_with_shortlist = tf.function(self._translate_nbest_with_shortlist,
+            self.translate_nbest_with_shortlist = graph_function(self._translate_nbest_with_shortlist,
                                                               input_signature=switched)
         # The Python API's compiled pieces, made on first use (not saved: not attributes tf.Module tracks).
         object.__setattr__(self, "_compiled", {})
@@ -211,31 +218,37 @@ class TranslatorModule(tf.Module):
                              "builds one)")
         with self._weights():
             memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
-            source_length = tf.shape(memory.mask)[1]
-            if self.shape_buckets is not None:
-                memory = memory.padded_to(self.shape_buckets.source_size(source_length))
             step = self.model.step
             if self.target_input_rows is not None:
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
             # Under XLA the whole softmax's step only: a shortlist's size changes with every batch,
             # so its step would compile again for almost every request.
-            full_step = tf.function(step, jit_compile=True) if self.jit_step else step
+            full_step = graph_function(step, jit_compile=True) if self.jit_step else step
 
-            def run(step_fn):
-                output = decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
-                                max_length_ratio=self.decoding.max_length_ratio, buckets=self.shape_buckets)
-                return _without_padded_source(output, source_length) if self.shape_buckets is not None else output
+            def run(step_fn, buckets: Optional[ShapeBuckets] = None):
+                if buckets is None:
+                    return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
+                                  max_length_ratio=self.decoding.max_length_ratio)
+                source_length = tf.shape(memory.mask)[1]
+                padded = memory.padded_to(buckets.source_size(source_length))
+                output = decode(step_fn, self.model.initial_state(padded), padded.mask, strategy,
+                                max_length_ratio=self.decoding.max_length_ratio, buckets=buckets)
+                return _without_padded_source(output, source_length)
 
             def run_shortlisted():
                 output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
                 columns = self.model.softmax_columns(output_ids)  # gathered once, outside the loop
+                # At its own shapes: buckets only spare compilations, and this step is not compiled.
                 return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
 
+            def run_full():
+                return run(full_step, self.shape_buckets)
+
             if use_shortlist is False:
-                return run(full_step)
+                return run_full()
             if use_shortlist is True:
                 return run_shortlisted()
-            return tf.cond(use_shortlist, run_shortlisted, lambda: run(full_step))
+            return tf.cond(use_shortlist, run_shortlisted, run_full)
 
     def _weights(self):
         """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
@@ -375,7 +388,7 @@ class TranslatorModule(tf.Module):
         return self._compiled[key]
 
     def compiled_preprocess(self):
-        return self.compiled(("preprocess",), lambda: tf.function(self.preprocess, input_signature=[SENTENCES]))
+        return self.compiled(("preprocess",), lambda: graph_function(self.preprocess, input_signature=[SENTENCES]))
 
     def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool,
                        use_shortlist: bool = False):
@@ -386,7 +399,7 @@ class TranslatorModule(tf.Module):
                 return self.nbest_outputs(source_ids, alpha, beta, beamsize, beam_width, n_best,
                                           return_attention, use_shortlist=use_shortlist)
 
-            return tf.function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
+            return graph_function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
 
         return self.compiled(("nbest", beam_width, n_best, return_attention, use_shortlist), make)
 
@@ -396,7 +409,7 @@ class TranslatorModule(tf.Module):
             ids = self.search(source_ids, GreedySearch())
             return self.postprocess(source_ids, tf.expand_dims(ids, 1))[:, 0]
 
-        return self.compiled(("greedy",), lambda: tf.function(greedy, input_signature=[SOURCE_IDS]))
+        return self.compiled(("greedy",), lambda: graph_function(greedy, input_signature=[SOURCE_IDS]))
 
     def compiled_score(self, return_attention: bool):
         """log P(Y|X), eq. 14 and lengths of given target ids (each ending with EOS) for source ids."""
@@ -404,7 +417,7 @@ class TranslatorModule(tf.Module):
             alpha, beta = self.checked_options(alpha=alpha, beta=beta)
             return self.search(source_ids, ForcedScoring(target_ids, alpha, beta, return_attention))._asdict()
 
-        return self.compiled(("score", return_attention), lambda: tf.function(
+        return self.compiled(("score", return_attention), lambda: graph_function(
             score, input_signature=[SOURCE_IDS, SOURCE_IDS, SCALAR, SCALAR]))
 
 

@@ -181,6 +181,10 @@ class GNMT(keras.Model):
         means = self._running_means
         return super().metrics + ([means.loss, means.reference_nll] if means is not None else [])
 
+    # Keras traces its train/test functions with AutoGraph, which would re-parse the Python source
+    # of every layer the step calls; the steps' loops and branches on tensors are tf.while_loop /
+    # tf.cond already, so they are traced as written (a run's first step: seconds sooner).
+    @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
         """One update of the compiled objective; the same step for every objective.
 
@@ -207,6 +211,7 @@ class GNMT(keras.Model):
         logs["delta"] = tf.convert_to_tensor(self.clip_delta)
         return logs
 
+    @tf.autograph.experimental.do_not_convert
     def test_step(self, data):
         """The compiled teacher-forcing loss of a batch: logs ``loss``, ``perplexity`` and the token counts."""
         batch = unpack_batch(data)

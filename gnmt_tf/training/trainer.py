@@ -249,8 +249,9 @@ class Trainer:
         """
         if self._dev_loss is None:
             objective, model = MaximumLikelihood(SequenceCrossEntropy()), self.dev_model  # as GNMT.test_step
-            self._dev_loss = tf.function(
-                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False)[0], reduce_retracing=True
+            self._dev_loss = tf.function(  # autograph off: as GNMT.test_step
+                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False)[0], reduce_retracing=True,
+                autograph=False,
             )
         total = pairs = 0.0
         for x, y in dev_data:

@@ -5,6 +5,8 @@
   is bounded by the buckets, not by how searches end), and beam search, greedy search and
   forced scoring give the same outputs as without (float rounding).
 * A memory padded with masked source positions attends exactly as before.
+* A translator pads only its searches over the whole softmax (the compiled ones), not a
+  shortlisted search, whose step is never compiled.
 """
 
 import numpy as np
@@ -71,11 +73,11 @@ class RecordingStep:
     """The model's step, noting the row count and source length of every call (eager)."""
 
     def __init__(self, model):
-        self.model, self.shapes = model, []
+        self.step, self.shapes = model.step, []
 
-    def __call__(self, state, tokens):
+    def __call__(self, state, tokens, **options):
         self.shapes.append((int(tokens.shape[0]), int(state.memory.mask.shape[1])))
-        return self.model.step(state, tokens)
+        return self.step(state, tokens, **options)
 
 
 STRATEGIES = {
@@ -148,3 +150,26 @@ def test_translator_with_buckets_gives_the_same_nbest_lists(trained_number_model
             assert bucketed[name].numpy().tolist() == value.numpy().tolist(), name
         else:
             np.testing.assert_allclose(bucketed[name].numpy(), value.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_shortlisted_search_runs_unpadded_and_the_whole_softmax_at_buckets(trained_number_model, monkeypatch):
+    from gnmt_tf.inference.translator import TranslatorModule
+    from gnmt_tf.model_dir import load_model_dir
+    from helpers import shortlist_excluding
+
+    model_dir, _ = trained_number_model
+    model, tokenizer, config = load_model_dir(model_dir)
+    module = TranslatorModule(model, tokenizer, config.decoding, shape_buckets=ShapeBuckets(searches=(4,), source=(16,)),
+                              shortlist=shortlist_excluding(tokenizer.vocab_size, []))
+    source_ids = module.source_ids(tf.constant(["three one four", "nine"]))  # 2 greedy searches
+    assert source_ids.shape[1] < 16
+    recorder = RecordingStep(model)
+    monkeypatch.setattr(model, "step", recorder)  # searched eagerly: the step sees real shapes
+
+    module.search(source_ids, GreedySearch(), use_shortlist=True)
+    assert recorder.shapes and {length for _, length in recorder.shapes} == {source_ids.shape[1]}
+    assert max(rows for rows, _ in recorder.shapes) == 2
+
+    recorder.shapes.clear()
+    module.search(source_ids, GreedySearch(), use_shortlist=False)
+    assert recorder.shapes and set(recorder.shapes) == {(4, 16)}

@@ -1,5 +1,6 @@
-"""Exports of a model with a vocabulary shortlist: the SavedModel switches it per request, TFLite keeps the
-export's setting, and with it off both translate as the export of the same model without one."""
+"""Exports of a model with a vocabulary shortlist: the SavedModel switches it per request (also through the
+serving client), TFLite keeps the export's setting, and with it off both translate as the export of the
+same model without one."""
 
 import os
 import shutil
@@ -32,7 +33,7 @@ def saved_model(model_without_un, tmp_path_factory):
     logs = []
     base = str(tmp_path_factory.mktemp("sl") / "gnmt")
     target = export(ExportRequest(model_dir=model_without_un, output=base, log=logs.append), "saved_model")
-    return tf.saved_model.load(target), logs
+    return tf.saved_model.load(target), logs, target
 
 
 def texts(outputs):
@@ -40,7 +41,7 @@ def texts(outputs):
 
 
 def test_saved_model_switches_the_shortlist_per_request(saved_model, exported_number_model):
-    loaded, logs = saved_model
+    loaded, logs, _ = saved_model
     assert any("translate identically with the shortlist on and off" in line for line in logs)
     assert set(loaded.signatures) == {"serving_default", "translate_with_options", "translate_nbest",
                                       "translate_with_shortlist", "translate_nbest_with_shortlist"}
@@ -69,6 +70,48 @@ def test_saved_model_switches_the_shortlist_per_request(saved_model, exported_nu
     assert pieces and UN not in pieces
     plain_nbest = loaded.signatures["translate_nbest"](sentences=sentences, **options)
     assert UN in [p.decode("utf-8") for p in plain_nbest["target_pieces"].numpy().ravel()]
+
+
+def test_the_serving_client_switches_the_shortlist_per_request(saved_model):
+    """REST and gRPC through the local server (in this process): what the signatures answer directly."""
+    from serving.client import GrpcClient, RestClient
+    from serving.config import single_model_config
+    from serving.server import ModelServer
+
+    loaded, _, target = saved_model
+    options = dict(alpha=0.2, beta=0.2, beamsize=3.0)
+    sentences = tf.constant(SENTENCES)
+
+    def direct(signature, use_shortlist):
+        return loaded.signatures[signature](sentences=sentences, use_shortlist=tf.constant(use_shortlist),
+                                            **{name: tf.constant(value) for name, value in options.items()})
+
+    with ModelServer([single_model_config("gnmt", os.path.dirname(target))], port=0, rest_api_port=0,
+                     poll_seconds=0, log=lambda message: None) as server, \
+            GrpcClient(f"127.0.0.1:{server.grpc_port}", "gnmt", timeout=120) as grpc_client:
+        rest_url = f"http://127.0.0.1:{server.rest_api_port}"
+        for client in (RestClient(rest_url, "gnmt", timeout=120), grpc_client):
+            for use_shortlist in (True, False):
+                got = client.translate(SENTENCES, use_shortlist=use_shortlist, **options)
+                assert [t.text for t in got] == texts(direct("translate_with_shortlist", use_shortlist))
+                nbest = client.translate_nbest(SENTENCES, use_shortlist=use_shortlist, **options)
+                expected = direct("translate_nbest_with_shortlist", use_shortlist)["translations"].numpy()
+                assert [[e.text for e in entries] for entries in nbest] == \
+                    [[text.decode("utf-8") for text in row] for row in expected]
+            assert not any("un" in t.text.split() for t in client.translate(SENTENCES, use_shortlist=True, **options))
+            assert "un" in client.translate(SENTENCES, use_shortlist=False, **options)[0].text.split()
+        with pytest.raises(ValueError, match="use_shortlist needs alpha, beta and beamsize"):
+            grpc_client.translate(["nine"], use_shortlist=True)
+        with pytest.raises(TypeError, match="use_shortlist must be True, False or None"):
+            grpc_client.translate(["nine"], use_shortlist="yes", **options)
+
+        command = [sys.executable, "-m", "serving.client", "--rest", rest_url, "--model", "gnmt"]
+        shortlisted = run_in_process([*command, "--shortlist", "--alpha", "0.2", "--beta", "0.2", "--beamsize", "3"],
+                                     "\n".join(SENTENCES) + "\n")
+        assert shortlisted.returncode == 0, shortlisted.stderr
+        assert shortlisted.stdout.splitlines() == texts(direct("translate_with_shortlist", True))
+        usage = run_in_process([*command, "--no-shortlist"], "nine\n")
+        assert usage.returncode == 2 and "need --alpha, --beta and --beamsize" in usage.stderr
 
 
 def test_tflite_export_keeps_the_exports_setting(model_without_un, tmp_path):
