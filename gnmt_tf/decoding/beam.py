@@ -184,18 +184,25 @@ class BeamSearch(DecodingStrategy):
         eos_log_probs = candidates[:, :, EOS_ID]  # [A, K]
         eos_scores = sequence_score(eos_log_probs, length, coverage, mask, self.alpha, self.beta)
         admitted = tf.math.is_finite(eos_log_probs)
+        # One top-k serves the EOS rule and the live hypotheses: the 2K best extensions hold at most
+        # K EOS ones (one per beam), so they hold the K best non-EOS ones too, in the same order
+        # (among equal values top_k puts the lower index first). The search's largest cost after
+        # the step itself is these scans of K x vocabulary values.
+        best_values, best_index = tf.math.top_k(tf.reshape(candidates, [n_active, K * vocab]), k=2 * K)
         if self.eos_rule == "top_k":  # an EOS must win one of the K best places of this step
-            kth_best = tf.math.top_k(tf.reshape(candidates, [n_active, K * vocab]), k=K).values[:, K - 1 :]
-            admitted = tf.logical_and(admitted, eos_log_probs >= kth_best)
+            admitted = tf.logical_and(admitted, eos_log_probs >= best_values[:, K - 1 : K])
         eos_scores = tf.where(admitted, eos_scores, NEG_INF)
         pool, top_scores = self._merge_into_pool(
             pool, inputs.active, live, attention, eos_scores, eos_log_probs, length
         )
 
-        # Live: the best K non-EOS extensions.
-        not_eos = tf.not_equal(tf.range(vocab), EOS_ID)
-        flat = tf.reshape(tf.where(not_eos, candidates, NEG_INF), [n_active, K * vocab])
-        live_log_probs, flat_index = tf.math.top_k(flat, k=K)
+        # Live: the best K non-EOS extensions, the first K of those 2K that are not EOS (a top-k of
+        # 2K keys: position, pushed behind every non-EOS one for an EOS).
+        is_eos = tf.cast(tf.equal(best_index % vocab, EOS_ID), tf.float32)
+        order_keys = tf.range(2 * K, dtype=tf.float32) + 2.0 * K * is_eos
+        first_non_eos = tf.math.top_k(-order_keys, k=K).indices
+        live_log_probs = tf.gather(best_values, first_non_eos, batch_dims=1)
+        flat_index = tf.gather(best_index, first_non_eos, batch_dims=1)
         beam = flat_index // vocab
         new_tokens = flat_index % vocab
         live_ids = tf.concat([tf.gather(live.ids, beam, batch_dims=1), tf.expand_dims(new_tokens, 2)], axis=2)
