@@ -179,11 +179,11 @@ def copy_version(version_dir, base, version=1):
 
 
 
-# The test files that take longest, in the order they start (pyproject.toml runs the suite on two
+# The test files that take longest, in the order they start (pyproject.toml runs the suite on
 # xdist workers, a file at a time, with --no-loadscope-reorder so that this order holds): the
 # longest first, so that the workers finish together instead of one running a long file alone at
 # the end. The first file needs no trained fixture model, so its worker does not sit idle while
-# the other one trains it (the second file's first test).
+# another one trains it (the second file's first test).
 LONGEST_FILES_FIRST = (
     "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
     "test_serving_server.py", "test_export_int8.py", "test_export_cli.py",
