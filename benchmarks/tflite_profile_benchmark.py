@@ -1,7 +1,7 @@
 """Where a TFLite translator's time goes: the interpreter sampled by Linux ``perf``, grouped by kind of work.
 
-    python benchmarks/tflite_profile_benchmark.py --models runs/tflite_float/1/translator.tflite \\
-        runs/tflite_int8/1/translator.tflite --sentences runs/en-fr/dev.tsv
+    python benchmarks/tflite_profile_benchmark.py --models float=runs/tflite_float/1/translator.tflite \\
+        int8=runs/tflite_int8/1/translator.tflite --sentences runs/en-fr/dev.tsv
     # writes benchmarks/results/tflite_profile.json
 
 LiteRT's Python interpreter has no op profiler, but its shared library keeps its symbol table,
@@ -125,7 +125,13 @@ def read_sources(path: str, count: int) -> List[str]:
     return sources[:count]
 
 
-def measure(model: str, batch: int, args, directory: str) -> Dict:
+def labelled(spec: str):
+    """``LABEL=PATH`` -> (label, path); a bare path is its own label."""
+    label, separator, path = spec.partition("=")
+    return (label, path) if separator and label and path else (spec, spec)
+
+
+def measure(label: str, model: str, batch: int, args, directory: str) -> Dict:
     perf_data = os.path.join(directory, "perf.data")
     command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(args.frequency), "-g", "-o", perf_data, "--",
                sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--batch", str(batch),
@@ -137,7 +143,7 @@ def measure(model: str, batch: int, args, directory: str) -> Dict:
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"model": model, "batch": batch, "threads": args.threads, **answer, **profile(perf_data),
+    return {"label": label, "model": model, "batch": batch, "threads": args.threads, **answer, **profile(perf_data),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()]}
 
@@ -145,7 +151,9 @@ def measure(model: str, batch: int, args, directory: str) -> Dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", help="translator.tflite files (python -m export --format tflite)")
+    parser.add_argument("--models", nargs="+", metavar="[LABEL=]PATH",
+                        help="translator.tflite files (python -m export --format tflite), each optionally "
+                             "labelled for the results (the label is the path otherwise)")
     parser.add_argument("--sentences", required=True, help="a TSV whose first column is the source sentences")
     parser.add_argument("--count", type=int, default=96, help="sentences translated per pass (default: %(default)s)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="batch sizes (default: 1 16)")
@@ -166,13 +174,17 @@ def main(argv=None) -> int:
         print("error: this benchmark needs Linux perf (Debian: apt install linux-perf)", file=sys.stderr)
         return 1
     results = []
-    for model in args.models:
+    models = [labelled(spec) for spec in args.models]
+    missing = [path for _, path in models if not os.path.isfile(path)]
+    if missing:
+        parser.error("no such model: " + ", ".join(missing))
+    for label, model in models:
         for batch in args.batches:
             with tempfile.TemporaryDirectory() as directory:
                 try:
-                    results.append(measure(model, batch, args, directory))
+                    results.append(measure(label, model, batch, args, directory))
                 except (RuntimeError, subprocess.TimeoutExpired) as error:  # recorded; the others go on
-                    results.append({"model": model, "batch": batch, "error": str(error)[-2000:]})
+                    results.append({"label": label, "model": model, "batch": batch, "error": str(error)[-2000:]})
             print(json.dumps(results[-1]), file=sys.stderr)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as handle:
