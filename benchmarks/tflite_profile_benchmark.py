@@ -74,15 +74,22 @@ def samples(perf_data: str):
     """Every sample's stack (symbols, innermost first) from ``perf script``."""
     text = subprocess.run(["perf", "script", "-i", perf_data, "-F", "ip,sym"], capture_output=True,
                           text=True, check=True).stdout
-    for block in text.split("\n\n"):
+    return stacks_of(text)
+
+
+def stacks_of(perf_script_text: str):
+    """The stacks of ``perf script -F ip,sym`` output: one block a sample, one ``address symbol``
+    line a frame, innermost first."""
+    for block in perf_script_text.split("\n\n"):
         stack = [re.sub(r"^[0-9a-f]+\s+", "", line.strip()) for line in block.strip().splitlines()]
         if stack and stack[0]:
             yield stack
 
 
-def profile(perf_data: str) -> Dict:
+def profile(stacks) -> Dict:
+    """Shares of the groups among the samples (stacks) taken inside the interpreter."""
     counts, total, inside = collections.Counter(), 0, 0
-    for stack in samples(perf_data):
+    for stack in stacks:
         total += 1
         if any(marker in frame for frame in stack for marker in INSIDE):
             inside += 1
@@ -143,7 +150,7 @@ def measure(label: str, model: str, batch: int, args, directory: str) -> Dict:
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"label": label, "model": model, "batch": batch, "threads": args.threads, **answer, **profile(perf_data),
+    return {"label": label, "model": model, "batch": batch, "threads": args.threads, **answer, **profile(samples(perf_data)),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()]}
 
@@ -170,14 +177,14 @@ def main(argv=None) -> int:
         return 0
     if not args.models:
         parser.error("--models is required")
-    if shutil.which("perf") is None:
-        print("error: this benchmark needs Linux perf (Debian: apt install linux-perf)", file=sys.stderr)
-        return 1
-    results = []
     models = [labelled(spec) for spec in args.models]
     missing = [path for _, path in models if not os.path.isfile(path)]
     if missing:
         parser.error("no such model: " + ", ".join(missing))
+    if shutil.which("perf") is None:
+        print("error: this benchmark needs Linux perf (Debian: apt install linux-perf)", file=sys.stderr)
+        return 1
+    results = []
     for label, model in models:
         for batch in args.batches:
             with tempfile.TemporaryDirectory() as directory:
