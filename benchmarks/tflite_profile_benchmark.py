@@ -1,7 +1,7 @@
 """Where a TFLite translator's time goes: the interpreter sampled by Linux ``perf``, grouped by kind of work.
 
-    python benchmarks/tflite_profile_benchmark.py --models runs/tflite_float/1/translator.tflite \\
-        runs/tflite_int8/1/translator.tflite --sentences runs/en-fr/dev.tsv
+    python benchmarks/tflite_profile_benchmark.py --models float=runs/tflite_float/1/translator.tflite \\
+        int8=runs/tflite_int8/1/translator.tflite --sentences runs/en-fr/dev.tsv
     # writes benchmarks/results/tflite_profile.json
 
 LiteRT's Python interpreter has no op profiler, but its shared library keeps its symbol table,
@@ -74,15 +74,22 @@ def samples(perf_data: str):
     """Every sample's stack (symbols, innermost first) from ``perf script``."""
     text = subprocess.run(["perf", "script", "-i", perf_data, "-F", "ip,sym"], capture_output=True,
                           text=True, check=True).stdout
-    for block in text.split("\n\n"):
+    return stacks_of(text)
+
+
+def stacks_of(perf_script_text: str):
+    """The stacks of ``perf script -F ip,sym`` output: one block a sample, one ``address symbol``
+    line a frame, innermost first."""
+    for block in perf_script_text.split("\n\n"):
         stack = [re.sub(r"^[0-9a-f]+\s+", "", line.strip()) for line in block.strip().splitlines()]
         if stack and stack[0]:
             yield stack
 
 
-def profile(perf_data: str) -> Dict:
+def profile(stacks) -> Dict:
+    """Shares of the groups among the samples (stacks) taken inside the interpreter."""
     counts, total, inside = collections.Counter(), 0, 0
-    for stack in samples(perf_data):
+    for stack in stacks:
         total += 1
         if any(marker in frame for frame in stack for marker in INSIDE):
             inside += 1
@@ -125,7 +132,13 @@ def read_sources(path: str, count: int) -> List[str]:
     return sources[:count]
 
 
-def measure(model: str, batch: int, args, directory: str) -> Dict:
+def labelled(spec: str):
+    """``LABEL=PATH`` -> (label, path); a bare path is its own label."""
+    label, separator, path = spec.partition("=")
+    return (label, path) if separator and label and path else (spec, spec)
+
+
+def measure(label: str, model: str, batch: int, args, directory: str) -> Dict:
     perf_data = os.path.join(directory, "perf.data")
     command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(args.frequency), "-g", "-o", perf_data, "--",
                sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--batch", str(batch),
@@ -137,7 +150,7 @@ def measure(model: str, batch: int, args, directory: str) -> Dict:
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"model": model, "batch": batch, "threads": args.threads, **answer, **profile(perf_data),
+    return {"label": label, "model": model, "batch": batch, "threads": args.threads, **answer, **profile(samples(perf_data)),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()]}
 
@@ -145,7 +158,9 @@ def measure(model: str, batch: int, args, directory: str) -> Dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", help="translator.tflite files (python -m export --format tflite)")
+    parser.add_argument("--models", nargs="+", metavar="[LABEL=]PATH",
+                        help="translator.tflite files (python -m export --format tflite), each optionally "
+                             "labelled for the results (the label is the path otherwise)")
     parser.add_argument("--sentences", required=True, help="a TSV whose first column is the source sentences")
     parser.add_argument("--count", type=int, default=96, help="sentences translated per pass (default: %(default)s)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="batch sizes (default: 1 16)")
@@ -162,17 +177,21 @@ def main(argv=None) -> int:
         return 0
     if not args.models:
         parser.error("--models is required")
+    models = [labelled(spec) for spec in args.models]
+    missing = [path for _, path in models if not os.path.isfile(path)]
+    if missing:
+        parser.error("no such model: " + ", ".join(missing))
     if shutil.which("perf") is None:
         print("error: this benchmark needs Linux perf (Debian: apt install linux-perf)", file=sys.stderr)
         return 1
     results = []
-    for model in args.models:
+    for label, model in models:
         for batch in args.batches:
             with tempfile.TemporaryDirectory() as directory:
                 try:
-                    results.append(measure(model, batch, args, directory))
+                    results.append(measure(label, model, batch, args, directory))
                 except (RuntimeError, subprocess.TimeoutExpired) as error:  # recorded; the others go on
-                    results.append({"model": model, "batch": batch, "error": str(error)[-2000:]})
+                    results.append({"label": label, "model": model, "batch": batch, "error": str(error)[-2000:]})
             print(json.dumps(results[-1]), file=sys.stderr)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as handle:

@@ -71,7 +71,7 @@ from gnmt_tf.decoding.search import (
     decode,
     static_or_dynamic_size,
 )
-from gnmt_tf.vocab import EOS_ID
+from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 EOS_RULES = ("top_k", "every_beam")
 
@@ -79,7 +79,7 @@ EOS_RULES = ("top_k", "every_beam")
 class BeamSearchOutput(NamedTuple):
     """n-best lists, best first. ``ids`` end with EOS and are padded with PAD after it."""
 
-    ids: tf.Tensor  # int32 [batch, n_best, length]
+    ids: tf.Tensor  # int32 [batch, n_best, length]: length = the longest of them
     scores: tf.Tensor  # float32 [batch, n_best]: eq. 14
     log_probs: tf.Tensor  # float32 [batch, n_best]: log P(Y|X)
     lengths: tf.Tensor  # int32 [batch, n_best]: tokens including EOS
@@ -90,9 +90,9 @@ class BeamLive(NamedTuple):
     """The K live hypotheses of each running sentence."""
 
     log_probs: tf.Tensor  # [A, K]: log P of the prefix; -inf for an empty place
-    ids: tf.Tensor  # int32 [A, K, t]
+    ids: tf.Tensor  # int32 [A, K, L]: the prefix's t tokens, PAD after them (L: the longest limit)
     coverage: tf.Tensor  # [A, K, S]: sum_j p_ij so far
-    attention: Union[tf.Tensor, tuple]  # [A, K, t, S] when attention is returned, else ()
+    attention: Union[tf.Tensor, tuple]  # [A, K, L, S] (zeros after step t) when returned, else ()
 
 
 class BeamPool(NamedTuple):
@@ -100,9 +100,9 @@ class BeamPool(NamedTuple):
 
     scores: tf.Tensor  # [batch, K]: eq. 14; -inf for an empty place
     log_probs: tf.Tensor  # [batch, K]
-    ids: tf.Tensor  # int32 [batch, K, t]
+    ids: tf.Tensor  # int32 [batch, K, L]: PAD after each hypothesis' EOS
     lengths: tf.Tensor  # int32 [batch, K]: 0 for an empty place
-    attention: Union[tf.Tensor, tuple]  # [batch, K, t, S] when attention is returned, else ()
+    attention: Union[tf.Tensor, tuple]  # [batch, K, L, S] when attention is returned, else ()
 
 
 class BeamSearch(DecodingStrategy):
@@ -135,23 +135,24 @@ class BeamSearch(DecodingStrategy):
     def beam_width(self) -> int:
         return self.rows_per_search
 
-    def initialize(self, source_mask):
+    def initialize(self, source_mask, limits):
         K = self.beam_width
         batch = tf.shape(source_mask)[0]
         source_len = tf.shape(source_mask)[1]
+        longest = tf.reduce_max(limits)  # every hypothesis fits: histories never change shape
         with_attention = self.return_attention
         live = BeamLive(
             log_probs=tf.tile(tf.constant([[0.0] + [NEG_INF] * (K - 1)]), [batch, 1]),  # one start beam
-            ids=tf.zeros([batch, K, 0], tf.int32),
+            ids=tf.fill([batch, K, longest], PAD_ID),
             coverage=tf.zeros([batch, K, source_len]),
-            attention=tf.zeros([batch, K, 0, source_len]) if with_attention else (),
+            attention=tf.zeros([batch, K, longest, source_len]) if with_attention else (),
         )
         pool = BeamPool(
             scores=tf.fill([batch, K], NEG_INF),
             log_probs=tf.fill([batch, K], NEG_INF),
-            ids=tf.zeros([batch, K, 0], tf.int32),
+            ids=tf.fill([batch, K, longest], PAD_ID),
             lengths=tf.zeros([batch, K], tf.int32),
-            attention=tf.zeros([batch, K, 0, source_len]) if with_attention else (),
+            attention=tf.zeros([batch, K, longest, source_len]) if with_attention else (),
         )
         return live, pool
 
@@ -179,6 +180,7 @@ class BeamSearch(DecodingStrategy):
         candidates = tf.expand_dims(live.log_probs, -1) + log_probs  # [A, K, V]
         coverage = live.coverage + attention  # every extension of a beam shares its new coverage
         length = inputs.step + 1
+        now = tf.equal(tf.range(tf.shape(live.ids)[2]), inputs.step)  # [L]: the history's place for this token
 
         # Finished: each beam's EOS extension, scored with eq. 14.
         eos_log_probs = candidates[:, :, EOS_ID]  # [A, K]
@@ -193,7 +195,7 @@ class BeamSearch(DecodingStrategy):
             admitted = tf.logical_and(admitted, eos_log_probs >= best_values[:, K - 1 : K])
         eos_scores = tf.where(admitted, eos_scores, NEG_INF)
         pool, top_scores = self._merge_into_pool(
-            pool, inputs.active, live, attention, eos_scores, eos_log_probs, length
+            pool, inputs.active, live, attention, eos_scores, eos_log_probs, length, now
         )
 
         # Live: the best K non-EOS extensions, the first K of those 2K that are not EOS (a top-k of
@@ -205,13 +207,14 @@ class BeamSearch(DecodingStrategy):
         flat_index = tf.gather(best_index, first_non_eos, batch_dims=1)
         beam = flat_index // vocab
         new_tokens = flat_index % vocab
-        live_ids = tf.concat([tf.gather(live.ids, beam, batch_dims=1), tf.expand_dims(new_tokens, 2)], axis=2)
+        live_ids = tf.where(now, tf.expand_dims(new_tokens, 2), tf.gather(live.ids, beam, batch_dims=1))
         live_coverage = tf.gather(coverage, beam, batch_dims=1)
         live_attention = live.attention
         if self.return_attention:
-            live_attention = tf.concat(
-                [tf.gather(live.attention, beam, batch_dims=1),
-                 tf.expand_dims(tf.gather(attention, beam, batch_dims=1), 2)], axis=2,
+            live_attention = tf.where(
+                tf.expand_dims(now, 1),
+                tf.expand_dims(tf.gather(attention, beam, batch_dims=1), 2),
+                tf.gather(live.attention, beam, batch_dims=1),
             )
         # Global pruning: live hypotheses far below the best finished one.
         live_scores = sequence_score(live_log_probs, length, live_coverage, mask, self.alpha, self.beta)
@@ -232,14 +235,14 @@ class BeamSearch(DecodingStrategy):
         )
 
     def _merge_into_pool(self, pool: BeamPool, active, live: BeamLive, attention, eos_scores, eos_log_probs,
-                         length):
-        """The pool with the running sentences' EOS extensions merged in (one step longer);
-        also returns those sentences' new pool scores [A, K]."""
+                         length, now):
+        """The pool with the running sentences' EOS extensions merged in (EOS written at the
+        place ``now`` [L] marks); also returns those sentences' new pool scores [A, K]."""
         K = self.beam_width
         n_active = tf.shape(active)[0]
-        eos_ids = tf.concat([live.ids, tf.fill([n_active, K, 1], EOS_ID)], axis=2)
-        # Merge them into the pool of the active sentences (pad the pool to length t + 1).
-        my_pool_ids = tf.pad(tf.gather(pool.ids, active), [[0, 0], [0, 0], [0, 1]])
+        eos_ids = tf.where(now, EOS_ID, live.ids)
+        # Merge them into the pool of the active sentences.
+        my_pool_ids = tf.gather(pool.ids, active)
         merged_scores = tf.concat([tf.gather(pool.scores, active), eos_scores], axis=1)  # [A, 2K]
         merged_log_probs = tf.concat([tf.gather(pool.log_probs, active), eos_log_probs], axis=1)
         merged_ids = tf.concat([my_pool_ids, eos_ids], axis=1)
@@ -252,17 +255,15 @@ class BeamSearch(DecodingStrategy):
         rows = tf.expand_dims(active, 1)
         pool_attention = pool.attention
         if self.return_attention:
-            eos_attention = tf.concat([live.attention, tf.expand_dims(attention, 2)], axis=2)
-            my_pool_attention = tf.pad(tf.gather(pool.attention, active), [[0, 0], [0, 0], [0, 1], [0, 0]])
-            merged_attention = tf.concat([my_pool_attention, eos_attention], axis=1)
+            eos_attention = tf.where(tf.expand_dims(now, 1), tf.expand_dims(attention, 2), live.attention)
+            merged_attention = tf.concat([tf.gather(pool.attention, active), eos_attention], axis=1)
             pool_attention = tf.tensor_scatter_nd_update(
-                tf.pad(pool.attention, [[0, 0], [0, 0], [0, 1], [0, 0]]),
-                rows, tf.gather(merged_attention, top, batch_dims=1),
+                pool.attention, rows, tf.gather(merged_attention, top, batch_dims=1)
             )
         new_pool = BeamPool(
             scores=tf.tensor_scatter_nd_update(pool.scores, rows, top_scores),
             log_probs=tf.tensor_scatter_nd_update(pool.log_probs, rows, new_log_probs),
-            ids=tf.tensor_scatter_nd_update(tf.pad(pool.ids, [[0, 0], [0, 0], [0, 1]]), rows, new_ids),
+            ids=tf.tensor_scatter_nd_update(pool.ids, rows, new_ids),
             lengths=tf.tensor_scatter_nd_update(pool.lengths, rows, new_lengths),
             attention=pool_attention,
         )
@@ -270,12 +271,14 @@ class BeamSearch(DecodingStrategy):
 
     def finalize(self, pool: BeamPool, source_mask) -> BeamSearchOutput:
         n = self.n_best
+        lengths = pool.lengths[:, :n]
+        longest = tf.reduce_max(lengths)  # the histories' PAD columns after every output are dropped
         return BeamSearchOutput(
-            ids=pool.ids[:, :n],
+            ids=pool.ids[:, :n, :longest],
             scores=pool.scores[:, :n],
             log_probs=pool.log_probs[:, :n],
-            lengths=pool.lengths[:, :n],
-            attention=pool.attention[:, :n] if self.return_attention else None,
+            lengths=lengths,
+            attention=pool.attention[:, :n, :longest] if self.return_attention else None,
         )
 
 

@@ -19,14 +19,14 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
-from gnmt_tf.decoding.search import DecodingStrategy, StepInputs, StepOutput, append_step
+from gnmt_tf.decoding.search import DecodingStrategy, StepInputs, StepOutput, write_step
 from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 
 class TokenHistory(NamedTuple):
     """The tokens chosen so far for every search, PAD after its end."""
 
-    ids: tf.Tensor  # int32 [searches, t]
+    ids: tf.Tensor  # int32 [searches, longest limit]
 
 
 class Sampler(DecodingStrategy):
@@ -37,8 +37,8 @@ class Sampler(DecodingStrategy):
         """int32 [A] tokens from log-probabilities [A, V] (banned tokens are -inf)."""
         raise NotImplementedError
 
-    def initialize(self, source_mask):
-        return (), TokenHistory(tf.zeros([tf.shape(source_mask)[0], 0], tf.int32))
+    def initialize(self, source_mask, limits):
+        return (), TokenHistory(tf.fill([tf.shape(source_mask)[0], tf.reduce_max(limits)], PAD_ID))
 
     def step(self, inputs: StepInputs, live, history: TokenHistory) -> StepOutput:
         n_active = tf.shape(inputs.active)[0]
@@ -48,11 +48,13 @@ class Sampler(DecodingStrategy):
             parents=None,
             done=tf.equal(chosen, EOS_ID),
             live=live,
-            results=TokenHistory(append_step(history.ids, inputs.active, chosen, PAD_ID)),
+            results=TokenHistory(write_step(history.ids, inputs.active, inputs.step, chosen)),
         )
 
     def finalize(self, history: TokenHistory, source_mask) -> tf.Tensor:
-        return history.ids
+        # As long as the longest output: PAD is never chosen, so that is the steps the loop ran.
+        steps = tf.reduce_max(tf.reduce_sum(tf.cast(tf.not_equal(history.ids, PAD_ID), tf.int32), axis=1))
+        return history.ids[:, :steps]
 
 
 class RandomSampling(Sampler):

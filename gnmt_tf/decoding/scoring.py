@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional, Union
 import tensorflow as tf
 
 from gnmt_tf.decoding.penalties import sequence_score
-from gnmt_tf.decoding.search import DecodingStrategy, StepInputs, StepOutput, append_step
+from gnmt_tf.decoding.search import DecodingStrategy, StepInputs, StepOutput, write_step
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -48,7 +48,7 @@ class ForcedTotals(NamedTuple):
 
     log_probs: tf.Tensor  # [batch]
     coverage: tf.Tensor  # [batch, S]: sum_j p_ij
-    attention: Union[tf.Tensor, tuple]  # [batch, t, S] when attention is returned, else ()
+    attention: Union[tf.Tensor, tuple]  # [batch, T, S] (one step per target token) when returned, else ()
 
 
 class ForcedScoring(DecodingStrategy):
@@ -73,7 +73,7 @@ class ForcedScoring(DecodingStrategy):
         ids = tf.convert_to_tensor(self.target_ids, tf.int32)
         return ids, tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
 
-    def initialize(self, source_mask):
+    def initialize(self, source_mask, limits):
         ids, lengths = self._targets()
         batch = tf.shape(source_mask)[0]
         source_len = tf.shape(source_mask)[1]
@@ -81,7 +81,9 @@ class ForcedScoring(DecodingStrategy):
         totals = ForcedTotals(
             log_probs=tf.zeros([batch]),
             coverage=tf.zeros([batch, source_len]),
-            attention=tf.zeros([batch, 0, source_len]) if self.return_attention else (),
+            # One step for every target token; at least one, the step an empty target is run for.
+            attention=tf.zeros([batch, tf.maximum(tf.shape(ids)[1], 1), source_len])
+            if self.return_attention else (),
         )
         return targets, totals
 
@@ -99,7 +101,7 @@ class ForcedScoring(DecodingStrategy):
             # Added one step at a time, in the order the beam search adds them.
             log_probs=tf.tensor_scatter_nd_add(totals.log_probs, rows, token_log_prob),
             coverage=tf.tensor_scatter_nd_add(totals.coverage, rows, attention),
-            attention=append_step(totals.attention, inputs.active, attention, 0.0)
+            attention=write_step(totals.attention, inputs.active, t, attention)
             if self.return_attention else (),
         )
         return StepOutput(
@@ -114,9 +116,7 @@ class ForcedScoring(DecodingStrategy):
         ids, lengths = self._targets()
         attention = None
         if self.return_attention:
-            width = tf.shape(ids)[1]
-            missing = tf.maximum(width - tf.shape(totals.attention)[1], 0)  # PAD columns after every target
-            attention = tf.pad(totals.attention, [[0, 0], [0, missing], [0, 0]])[:, :width]
+            attention = totals.attention[:, : tf.shape(ids)[1]]  # zeros after every target
         log_probs, coverage = totals.log_probs, totals.coverage
         scores = sequence_score(log_probs, lengths, coverage, source_mask, self.alpha, self.beta)
         return ScoringOutput(log_probs=log_probs, scores=scores, lengths=lengths, attention=attention)

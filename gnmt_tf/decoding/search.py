@@ -43,8 +43,12 @@ What a strategy keeps is split in two nests of tensors:
   searches' rows (``StepInputs.active`` says which) and they outlive the search.
 
 The search state is graph-only and TFLite-convertible (the beam search runs in
-the exported TFLite model): tensors grow along time by pad/concat with shape
-invariants, never in TensorArrays, and no ``x[:, None]`` indexing.
+the exported TFLite model): no TensorArrays and no ``x[:, None]`` indexing. Output
+histories are allocated at their final length (the longest length limit) before the
+loop and written one step at a time (:func:`write_step`), so the loop's tensors keep
+their shapes from step to step and change only when searches end: TFLite's ``WHILE``
+re-plans its body's memory whenever a loop variable changes shape, which a history
+growing by one token per step made it do at every step.
 """
 
 from __future__ import annotations
@@ -109,8 +113,10 @@ class DecodingStrategy:
     generates: bool = True
     eos_at_limit: bool = True
 
-    def initialize(self, source_mask: tf.Tensor) -> Tuple[Any, Any]:
-        """``(live, results)`` before the first step; ``source_mask`` bool [searches, S]."""
+    def initialize(self, source_mask: tf.Tensor, limits: tf.Tensor) -> Tuple[Any, Any]:
+        """``(live, results)`` before the first step; ``source_mask`` bool [searches, S],
+        ``limits`` int32 [searches]: the most tokens a search may generate (a history of
+        ``reduce_max(limits)`` steps holds every generated output)."""
         raise NotImplementedError
 
     def shape_invariants(self, live, results) -> Tuple[Any, Any]:
@@ -202,7 +208,7 @@ def decode(
     searches = tf.shape(source_mask)[0]
     source_len = tf.shape(source_mask)[1]
     limits = output_length_limits(source_mask, max_length_ratio)
-    live, results = strategy.initialize(source_mask)
+    live, results = strategy.initialize(source_mask, limits)
 
     def slots_of(searches_kept):
         """The searches whose decoder rows the loop keeps: ``searches_kept``, padded to its bucket."""
@@ -300,13 +306,11 @@ def decode(
     return strategy.finalize(final.results, source_mask)
 
 
-def append_step(history: tf.Tensor, active: tf.Tensor, values: tf.Tensor, fill) -> tf.Tensor:
-    """``history`` [searches, t, ...] one step longer: ``values`` [A, ...] for the searches
-    ``active``, ``fill`` for the others (the searches that are done)."""
-    padding = [[0, 0], [0, 1]] + [[0, 0]] * (len(history.shape) - 2)
-    longer = tf.pad(history, padding, constant_values=fill)
-    where = tf.stack([active, tf.fill(tf.shape(active), tf.shape(history)[1])], axis=1)  # [A, 2]
-    return tf.tensor_scatter_nd_update(longer, where, values)
+def write_step(history: tf.Tensor, active: tf.Tensor, step, values: tf.Tensor) -> tf.Tensor:
+    """``history`` [searches, T, ...] with ``values`` [A, ...] written at time ``step`` for the
+    searches ``active``; the other searches' entries (done ones) keep what they hold."""
+    where = tf.stack([active, tf.fill(tf.shape(active), step)], axis=1)  # [A, 2]
+    return tf.tensor_scatter_nd_update(history, where, values)
 
 
 def static_or_dynamic_size(tensor: tf.Tensor, axis: int):

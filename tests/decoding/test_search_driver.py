@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf.decoding import GreedySearch, RandomSampling, decode, output_length_limits
+from gnmt_tf.decoding import (
+    BeamSearch,
+    DecodingStrategy,
+    ForcedScoring,
+    GreedySearch,
+    RandomSampling,
+    decode,
+    output_length_limits,
+)
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 V = 7  # 0 PAD, 1 BOS, 2 EOS, 3 UNK, 4 "A", 5 "B", 6 "C"
@@ -117,6 +125,49 @@ def test_decoder_state_follows_its_sentence_when_others_finish():
         limit = 2 * length
         assert out[row, : limit - 1].tolist() == [A + row % 3] * (limit - 1)
         assert out[row, limit - 1] == EOS_ID and np.all(out[row, limit:] == PAD_ID)
+
+
+class ShapeRecorder(DecodingStrategy):
+    """``strategy``, recording the shapes of its live and results nests at every step."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.searches_per_sentence = strategy.searches_per_sentence
+        self.rows_per_search = strategy.rows_per_search
+        self.generates = strategy.generates
+        self.eos_at_limit = strategy.eos_at_limit
+        self.shapes = []
+
+    def initialize(self, source_mask, limits):
+        return self.strategy.initialize(source_mask, limits)
+
+    def shape_invariants(self, live, results):
+        return self.strategy.shape_invariants(live, results)
+
+    def step(self, inputs, live, results):
+        self.shapes.append([tuple(tensor.shape) for tensor in tf.nest.flatten((live, results))])
+        return self.strategy.step(inputs, live, results)
+
+    def finalize(self, results, source_mask):
+        return self.strategy.finalize(results, source_mask)
+
+
+@pytest.mark.parametrize("strategy", [
+    BeamSearch(3, return_attention=True, beamsize=1e9),
+    GreedySearch(),
+    RandomSampling(2, seed=1),
+    ForcedScoring([[A, B, C, A, EOS_ID]], return_attention=True),
+], ids=["beam", "greedy", "sampling", "scoring"])
+def test_the_search_state_keeps_its_shapes_from_step_to_step(strategy):
+    """Histories are allocated at full length before the loop, so while no search ends, every
+    loop variable has the same shape at every step (TFLite's WHILE then plans its memory once)."""
+    logits = np.full((V, V), -5.0)
+    logits[:, [A, B]] = [5.0, 4.0]
+    logits[:, EOS_ID] = -1e9  # the one sentence runs to its limit of 6 tokens
+    recorder = ShapeRecorder(strategy)
+    run(recorder, logits, [3])
+    assert len(recorder.shapes) in (5, 6)  # scoring feeds 5 tokens, a search generates 6
+    assert all(shapes == recorder.shapes[0] for shapes in recorder.shapes)
 
 
 def test_the_driver_runs_inside_tf_function():
