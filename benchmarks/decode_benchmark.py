@@ -127,9 +127,10 @@ def run_worker(args) -> list:
 
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def decode(source_ids):
-            memory = model.encode(source_ids, training=False)
-            out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
-                              beamsize=no_pruning(), max_length_ratio=ratio)
+            with model.kernels_read_once(rows=tf.shape(source_ids)[0] * K):  # as the translator's search
+                memory = model.encode(source_ids, training=False)
+                out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
+                                  beamsize=no_pruning(), max_length_ratio=ratio)
             return out.lengths
 
         rng = np.random.default_rng(0)

@@ -20,10 +20,13 @@ second signature would store every weight a second time.
 
 Conversion notes:
 
-* The translate function is re-traced with :data:`CONCATENATING_LOOP` as the
-  encoder's time loop, so its time loops are built without TensorArrays (which
-  TFLite cannot lower with a dynamic batch); the TensorFlow functions of the
-  module are not touched.
+* The translate function is re-traced for TFLite (:func:`tflite_translate_function`):
+  with :data:`CONCATENATING_LOOP` as the encoder's time loop, so its time loops are
+  built without TensorArrays (which TFLite cannot lower with a dynamic batch), and with
+  each kernel read where it is multiplied, not once before the loop (a constant weight
+  of each FULLY_CONNECTED, which the int8 conversion quantizes and XNNPACK packs once;
+  padded kernels would only add slices). The TensorFlow functions of the module are
+  not touched.
 * ``allow_custom_ops`` is needed for the tensorflow-text kernels, but it also
   lets ANY op without a TFLite kernel through as a custom op that then fails
   only at load time; :func:`convert_to_tflite` therefore lists the ops of the
@@ -189,10 +192,11 @@ def check_ops(ops: Iterable[str]) -> None:
 
 def tflite_translate_function(translator_module):
     """``translator_module.translate`` re-traced for TFLite (time loops without TensorArrays)."""
-    from gnmt_tf.inference.translator import graph_function
+    from gnmt_tf.inference.translator import GraphTarget, graph_function
 
+    target = GraphTarget(time_loop=CONCATENATING_LOOP, kernels_read_once=False)
     function = graph_function(
-        lambda sentences: translator_module.translate_with_defaults(sentences, time_loop=CONCATENATING_LOOP),
+        lambda sentences: translator_module.translate_with_defaults(sentences, target=target),
         input_signature=translator_module.translate.input_signature,
     )
     return function.get_concrete_function()

@@ -62,6 +62,17 @@ SCALAR = tf.TensorSpec([], tf.float32)
 SWITCH = tf.TensorSpec([], tf.bool)
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
 
+
+class GraphTarget(NamedTuple):
+    """The runtime a search's graph is traced for, which decides how parts of it are built."""
+
+    time_loop: object = None  # how the encoder iterates time (gnmt_tf.layers.recurrence); None: the default
+    kernels_read_once: bool = True  # read each product kernel once per search, before the decoding
+    # loop, laid out for a step's small products (gnmt_tf.layers.weights.ProductKernel)
+
+
+TENSORFLOW = GraphTarget()  # TensorFlow itself: Python, SavedModel, TF Serving
+
 # Every loop and branch on a tensor in the translator is written as tf.while_loop / tf.cond /
 # tf.where already, so AutoGraph would only re-parse the Python source of ~70 functions (model,
 # layers, strategies), which took 7 of the 9 s of a translator's first call.
@@ -204,11 +215,12 @@ class TranslatorModule(tf.Module):
         return self.preprocess(sentences)[0]
 
     # ------------------------------------------------------------------ search
-    def search(self, source_ids, strategy, time_loop=None, use_shortlist: Union[bool, tf.Tensor] = False):
+    def search(self, source_ids, strategy, target: GraphTarget = TENSORFLOW,
+               use_shortlist: Union[bool, tf.Tensor] = False):
         """Encode ``source_ids`` [batch, source] and run ``strategy`` (:mod:`gnmt_tf.decoding`).
 
-        ``time_loop``: how the encoder iterates time (:mod:`gnmt_tf.layers.recurrence`; the
-        TFLite exporter passes its own). ``use_shortlist`` (a bool, or a bool tensor chosen per
+        ``target``: the runtime the graph is for (:class:`GraphTarget`; the TFLite exporter passes
+        its own). ``use_shortlist`` (a bool, or a bool tensor chosen per
         call): every step computes only the logits of the batch's allowed output ids
         (:meth:`gnmt_tf.data.shortlist.ShortlistTables.allowed_ids`, at least the strategy's
         rows per search besides EOS); False: the whole softmax, as without a shortlist.
@@ -216,8 +228,13 @@ class TranslatorModule(tf.Module):
         if use_shortlist is not False and self.shortlist is None:
             raise ValueError("this translator has no vocabulary shortlist (python -m gnmt_tf.shortlist "
                              "builds one)")
-        with self._weights():
-            memory = self.model.encode(source_ids, training=False, time_loop=time_loop)
+        read_once = contextlib.nullcontext()
+        if target.kernels_read_once:
+            # Unpadded under XLA: the compiled step would see two kernel shapes per shape bucket.
+            rows = tf.shape(source_ids)[0] * strategy.rows_per_search * strategy.searches_per_sentence
+            read_once = self.model.kernels_read_once(rows=None if self.jit_step else rows)
+        with self._weights(), read_once:
+            memory = self.model.encode(source_ids, training=False, time_loop=target.time_loop)
             step = self.model.step
             if self.target_input_rows is not None:
                 step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
@@ -257,11 +274,12 @@ class TranslatorModule(tf.Module):
         return contextlib.nullcontext()
 
     def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
-                    return_attention: bool, time_loop=None, use_shortlist: Union[bool, tf.Tensor] = False):
+                    return_attention: bool, target: GraphTarget = TENSORFLOW,
+                    use_shortlist: Union[bool, tf.Tensor] = False):
         """Section 7's beam search of ``source_ids``: a :class:`gnmt_tf.decoding.BeamSearchOutput`."""
         strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
                               return_attention=return_attention, eos_rule=self.decoding.eos_rule)
-        return self.search(source_ids, strategy, time_loop, use_shortlist)
+        return self.search(source_ids, strategy, target, use_shortlist)
 
     # ------------------------------------------------------------------ postprocess
     def postprocess(self, source_ids, ids) -> tf.Tensor:
@@ -296,7 +314,7 @@ class TranslatorModule(tf.Module):
         return tuple(assert_search_options(**options).values())
 
     def nbest_outputs(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
-                      return_attention: bool, time_loop=None,
+                      return_attention: bool, target: GraphTarget = TENSORFLOW,
                       use_shortlist: Union[bool, tf.Tensor, None] = None) -> Dict[str, tf.Tensor]:
         """Search and postprocess: every output of ``translate_nbest`` from source ids.
 
@@ -305,7 +323,7 @@ class TranslatorModule(tf.Module):
         if use_shortlist is None:
             use_shortlist = self.uses_shortlist
         output = self.beam_search(source_ids, alpha, beta, beamsize, beam_width, n_best, return_attention,
-                                  time_loop, use_shortlist)
+                                  target, use_shortlist)
         empty = tf.reshape(self._empty(source_ids), [-1, 1])
         outputs = {
             "translations": self.postprocess(source_ids, output.ids),
@@ -323,9 +341,10 @@ class TranslatorModule(tf.Module):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
         return self._best_translations(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
 
-    def _best_translations(self, sentences, alpha, beta, beamsize, time_loop=None, use_shortlist=None):
+    def _best_translations(self, sentences, alpha, beta, beamsize, target: GraphTarget = TENSORFLOW,
+                           use_shortlist=None):
         outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width, 1,
-                                     False, time_loop, use_shortlist)
+                                     False, target, use_shortlist)
         return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
 
     def _translate_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
@@ -344,13 +363,13 @@ class TranslatorModule(tf.Module):
         # graph then holds the search once for both signatures.
         return self.translate_with_options(sentences, *self._default_options())
 
-    def translate_with_defaults(self, sentences, time_loop=None):
+    def translate_with_defaults(self, sentences, target: GraphTarget = TENSORFLOW):
         """``translate``'s math with the search inlined (a Python function, for re-tracing, e.g. for TFLite).
 
         Without the options' graph checks: the defaults were checked in Python, and TFLite has no
         kernel for the Assert op.
         """
-        return self._best_translations(sentences, *self._default_options(), time_loop=time_loop)
+        return self._best_translations(sentences, *self._default_options(), target=target)
 
     def _translate_nbest(self, sentences, alpha, beta, beamsize, use_shortlist=None):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)

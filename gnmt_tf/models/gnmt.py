@@ -19,7 +19,7 @@ is masked in every layer, so it never changes a real position's output.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import tensorflow as tf
 import tf_keras as keras
@@ -302,6 +302,23 @@ class GNMT(keras.Model):
         (``model.make_test_function(force=True)``) when they were first made outside it.
         """
         return self.weight_reader.using(transform)
+
+    def product_kernels(self) -> List[tf.Variable]:
+        """The kernels of the model's matrix products, in ``self.weights`` order: every LSTM cell's
+        ``kernel`` and ``recurrent_kernel`` and the softmax kernel (not attention, embeddings, biases)."""
+        wanted = [getattr(self.decoder.softmax_projection, "kernel", None)]  # None before build
+        for module in self.submodules:
+            if hasattr(module, "recurrent_kernel") and hasattr(module, "kernel"):
+                wanted += [module.kernel, module.recurrent_kernel]
+        refs = {v.ref() for v in wanted if v is not None}
+        return [w for w in self.weights if w.ref() in refs]
+
+    def kernels_read_once(self, rows: Union[int, tf.Tensor, None] = None) -> "contextlib.AbstractContextManager":
+        """Inside the ``with`` block, products read each product kernel once, on entering: for a
+        traced search, before its loop, laid out for ``rows`` decoder rows (None: as stored)
+        (:meth:`gnmt_tf.layers.weights.WeightReader.kernels_read_once`). Enter it inside
+        :meth:`transformed_weights`."""
+        return self.weight_reader.kernels_read_once(self.product_kernels(), rows)
 
     # ------------------------------------------------------------------ delta (eq. 10)
     def set_clip_delta(self, value: float) -> None:

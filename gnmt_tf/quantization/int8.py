@@ -259,22 +259,12 @@ def int8_matmul(x, q_kernel, scales, offsets=None) -> tf.Tensor:
 
 # ------------------------------------------------------------------------------ models
 def quantized_kernel_variables(model) -> List[tf.Variable]:
-    """The kernels int8 inference quantizes, in ``model.weights`` order.
-
-    Every LSTM cell's ``kernel`` and ``recurrent_kernel`` (found by walking
-    ``model.submodules`` for objects with both attributes) and the decoder's
-    softmax projection kernel. Attention, embeddings and biases are excluded.
+    """The kernels int8 inference quantizes, in ``model.weights`` order: the model's product
+    kernels (:meth:`gnmt_tf.models.GNMT.product_kernels`), every LSTM cell's ``kernel`` and
+    ``recurrent_kernel`` and the decoder's softmax projection kernel. Attention, embeddings and
+    biases are excluded.
     """
-    wanted = []
-    for module in [model] + list(model.submodules):
-        if hasattr(module, "recurrent_kernel") and hasattr(module, "kernel"):
-            wanted += [module.kernel, module.recurrent_kernel]
-    decoder = getattr(model, "decoder", None)
-    softmax = getattr(decoder, "softmax_projection", None)
-    if softmax is not None:
-        wanted.append(softmax.kernel)
-    refs = {v.ref() for v in wanted if v is not None}
-    found = [w for w in model.weights if w.ref() in refs]
+    found = model.product_kernels()
     if not found:
         raise ValueError("found no LSTM or softmax kernels; is the model built?")
     return found

@@ -13,9 +13,9 @@ model's one mechanism for reading weights::
   codes with one float scale per output unit (eq. 12, or Marian's per-column
   7-sigma rule for comparison); their products run as
   :func:`gnmt_tf.quantization.int8.int8_matmul` (activations quantized on the fly,
-  int32 accumulation) with ``products="int8"``, or are dequantized once per call
-  (when the transform is entered, outside any decoding loop) and multiplied in
-  float32 with ``products="float"``: the same storage, at float speed where int8
+  int32 accumulation) with ``products="int8"``, or are dequantized and multiplied in
+  float32 with ``products="float"`` (once per search, before its decoding loop:
+  :meth:`gnmt_tf.layers.weights.WeightReader.kernels_read_once`): the same storage, at float speed where int8
   arithmetic is slower (benchmarks/README.md). Section 6 quantizes exactly these:
   eq. 10-11 and the softmax weight ``W_s`` of eq. 13;
 * the two embedding tables: int8 with one scale per token (eq. 12 applied to
@@ -54,7 +54,8 @@ class Int8Weights(WeightTransform, tf.Module):
             Embeddings always use eq. 12 per token.
         sigmas: the saturation width of ``"per_column_7sigma"``.
         products: ``"int8"``: section 6's int8 x int8 products with int32 accumulation;
-            ``"float"``: the int8 kernels dequantized once per call, products in float32.
+            ``"float"``: the int8 kernels dequantized (once per search where the kernels are read
+            once), products in float32.
     """
 
     def __init__(self, model, method: str = "per_row", sigmas: float = 7.0, products: str = "int8",
@@ -68,7 +69,6 @@ class Int8Weights(WeightTransform, tf.Module):
         self.products = products
         # Lookup tables keyed by variable reference, set without tf.Module's attribute tracking
         # (which cannot hold such keys); the variables themselves are tracked in variables_int8.
-        object.__setattr__(self, "_dequantized", None)  # set on entering, with products="float"
         object.__setattr__(self, "_kernels", {})
         object.__setattr__(self, "_embeddings", {})
         self.variables_int8: List[tf.Variable] = []  # tracked, so they are saved with this module
@@ -91,43 +91,32 @@ class Int8Weights(WeightTransform, tf.Module):
         return stored
 
     # ------------------------------------------------------------------ the transform
-    def enter(self) -> None:
-        if self.products == "float":  # once per traced call, outside every loop
-            dequantized = {
-                ref: quantization.dequantize(*parts[:2], offsets=parts[2] if len(parts) == 3 else None)
-                for ref, parts in self._kernels.items()
-            }
-            object.__setattr__(self, "_dequantized", dequantized)
-
-    def exit(self) -> None:
-        object.__setattr__(self, "_dequantized", None)
+    def float_kernel(self, kernel):
+        parts = self._kernels.get(kernel.ref())
+        if parts is None:
+            return kernel
+        if self.products == "int8":  # no float product: int8_matmul
+            return None
+        return quantization.dequantize(*parts[:2], offsets=parts[2] if len(parts) == 3 else None)
 
     def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
-        if columns is not None:  # what columns() gave: int8 parts, or float columns
-            return quantization.int8_matmul(x, *columns) if isinstance(columns, tuple) else matmul(x, columns)
-        if self._dequantized is not None and kernel.ref() in self._dequantized:
-            return matmul(x, self._dequantized[kernel.ref()])
-        parts = self._kernels.get(kernel.ref())
-        if parts is None:
-            return matmul(x, kernel)
-        return quantization.int8_matmul(x, *parts)
+        if isinstance(columns, tuple):  # what columns() gave for int8 products
+            return quantization.int8_matmul(x, *columns)
+        if columns is None and self.float_kernel(kernel) is None:
+            return quantization.int8_matmul(x, *self._kernels[kernel.ref()])
+        return super().product(x, kernel, columns)
 
     def columns(self, kernel, ids):
-        if self._dequantized is not None and kernel.ref() in self._dequantized:
-            return tf.gather(self._dequantized[kernel.ref()], ids, axis=1)
-        parts = self._kernels.get(kernel.ref())
-        if parts is None:
-            return tf.gather(kernel, ids, axis=1)
+        if self.float_kernel(kernel) is not None:
+            return super().columns(kernel, ids)
         # One scale (and offset) per output unit (eq. 12): the columns keep their own.
+        parts = self._kernels[kernel.ref()]
         return (tf.gather(parts[0], ids, axis=1),) + tuple(tf.gather(part, ids) for part in parts[1:])
 
     def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
-        if self._dequantized is not None and kernel.ref() in self._dequantized:
-            part = self._dequantized[kernel.ref()][rows]
-            return lambda x: matmul(x, part)
-        parts = self._kernels.get(kernel.ref())
-        if parts is None:
+        if self.float_kernel(kernel) is not None:
             return super().partial_product(kernel, rows)
+        parts = self._kernels[kernel.ref()]
         codes = parts[0][rows]  # the scales (and offsets) belong to output units: a row slice keeps them
         return lambda x: quantization.int8_matmul(x, codes, *parts[1:])
 

@@ -1,0 +1,127 @@
+"""Kernels read once per search: the products are the plain ones, and the loop no longer reads kernels."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gnmt_tf.config import DecodingConfig
+from gnmt_tf.inference.translator import GraphTarget, TranslatorModule
+from gnmt_tf.layers.weights import PADDING_COLUMNS, ProductKernel, matmul
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.quantization.weights import Int8Weights
+from helpers import random_ids, tiny_model_config
+
+# 4 x 128 units = 512 columns: LSTM kernels whose row stride is 2 KiB, the ones that get padded.
+PADDED_UNITS = 128
+
+
+@pytest.mark.parametrize("columns,padded,expected_width", [
+    (1024, True, 1024 + PADDING_COLUMNS),
+    (512, True, 512 + PADDING_COLUMNS),
+    (1000, True, 1000),  # a stride that is not a multiple of 2 KiB is left alone
+    (1024, False, 1024),
+])
+def test_a_product_kernel_multiplies_like_its_kernel(rng, columns, padded, expected_width):
+    kernel = rng.standard_normal((24, columns)).astype(np.float32)
+    x = tf.constant(rng.standard_normal((5, 24)), tf.float32)
+    read = ProductKernel.of(kernel, padded)
+    assert read.values.shape == (24, expected_width)
+    np.testing.assert_array_equal(read.values.numpy()[:, :columns], kernel)
+    np.testing.assert_allclose(matmul(x, read).numpy(), x.numpy() @ kernel, rtol=1e-5, atol=1e-5)
+    sequence = tf.constant(rng.standard_normal((2, 3, 24)), tf.float32)  # [batch, time, input]
+    np.testing.assert_allclose(matmul(sequence, read).numpy(), sequence.numpy() @ kernel, rtol=1e-5, atol=1e-5)
+    part = read.rows(slice(8, None))
+    np.testing.assert_allclose(matmul(x[:, 8:], part).numpy(), x.numpy()[:, 8:] @ kernel[8:], rtol=1e-5, atol=1e-5)
+    ids = np.array([3, 0, columns - 1], np.int32)
+    np.testing.assert_array_equal(read.gather_columns(ids).numpy(), kernel[:, ids])
+
+
+@pytest.mark.parametrize("decided", [True, False])
+def test_padding_decided_per_call_in_a_graph(rng, decided):
+    kernel = rng.standard_normal((16, 512)).astype(np.float32)
+    x = tf.constant(rng.standard_normal((3, 16)), tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)])
+    def product(padded):
+        read = ProductKernel.of(kernel, padded)
+        return matmul(x, read), tf.shape(read.values)[1]
+
+    y, width = product(tf.constant(decided))
+    assert int(width) == (512 + PADDING_COLUMNS if decided else 512)
+    assert y.shape == (3, 512)
+    np.testing.assert_allclose(y.numpy(), x.numpy() @ kernel, rtol=1e-5, atol=1e-5)
+
+
+def _model(**overrides):
+    model = GNMT(tiny_model_config(units=PADDED_UNITS, attention_units=16, **overrides))
+    model.build()
+    return model
+
+
+def _search_graph(module, target, batch=4, source_len=5):
+    function = tf.function(lambda ids: module.beam_search(ids, 0.2, 0.2, 3.0, 4, 1, False, target=target).ids,
+                           autograph=False)
+    return function.get_concrete_function(tf.TensorSpec([batch, source_len], tf.int32)).graph
+
+
+def _all_ops(graph):
+    """The op types of the graph and of every function in its library."""
+    library = graph.as_graph_def().library.function
+    return [op.type for op in graph.get_operations()] + [node.op for f in library for node in f.node_def]
+
+
+def _loop_bodies(graph):
+    """Every op of the graph's while loop bodies: [(op type, attributes)]."""
+    library = graph.as_graph_def().library.function
+    return [(node.op, node.attr) for function in library if "while_body" in function.signature.name
+            for node in function.node_def]
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_search_reads_its_kernels_before_the_decoding_loop(int8):
+    model = _model()
+    int8_weights = Int8Weights(model, products="float") if int8 else None
+    module = TranslatorModule(model, None, DecodingConfig(beam_width=4), int8_weights=int8_weights)
+    once_graph = _search_graph(module, GraphTarget())
+    in_loop_graph = _search_graph(module, GraphTarget(kernels_read_once=False))
+    read_once, read_in_loop = _loop_bodies(once_graph), _loop_bodies(in_loop_graph)
+    count = lambda ops, kind: sum(op == kind for op, _ in ops)
+    int8_casts = lambda ops: sum(op == "Cast" and attr["SrcT"].type == tf.int8.as_datatype_enum
+                                 for op, attr in ops)
+    decoder_kernels = 2 * model.model_config.decoder_layers + 1  # each layer's two, and the softmax's
+    assert count(read_once, "MatMul") > 0 and count(read_once, "MatMul") == count(read_in_loop, "MatMul")
+    # Read in the loop, every step reads the decoder's LSTM and softmax kernels (and dequantizes the int8
+    # ones); read once, none of them: what a step still reads is the attention and the embeddings.
+    assert count(read_in_loop, "ReadVariableOp") - count(read_once, "ReadVariableOp") >= decoder_kernels
+    if int8:
+        assert int8_casts(read_in_loop) - int8_casts(read_once) >= decoder_kernels
+    assert count(read_once, "Pad") == 0  # the padding, too, is done before the loop
+    assert "Pad" in _all_ops(once_graph)  # 16 rows: the 512-column kernels are padded
+    assert "Pad" not in _all_ops(in_loop_graph)
+
+
+@pytest.mark.parametrize("batch", [1, 4])  # 4 and 16 rows: below and at PADDED_PRODUCT_ROWS
+def test_a_search_with_kernels_read_once_finds_what_the_plain_search_finds(rng, batch):
+    model = _model(init_scale=0.3)  # large weights: peaked distributions, real choices
+    module = TranslatorModule(model, None, DecodingConfig(beam_width=4))
+    source = tf.constant(random_ids(rng, batch, 6, model.model_config.vocab_size))
+    outputs = {}
+    for name, target in (("once", GraphTarget()), ("in_loop", GraphTarget(kernels_read_once=False))):
+        search = tf.function(lambda ids, target=target: module.beam_search(ids, 0.2, 0.2, 3.0, 4, 3, False,
+                                                                           target=target), autograph=False)
+        outputs[name] = search(source)
+    np.testing.assert_array_equal(outputs["once"].ids.numpy(), outputs["in_loop"].ids.numpy())
+    np.testing.assert_allclose(outputs["once"].scores.numpy(), outputs["in_loop"].scores.numpy(), rtol=1e-5)
+
+
+def test_kernels_read_once_refuses_a_transform_change_and_nesting():
+    model = _model()
+    with model.kernels_read_once():
+        with pytest.raises(ValueError, match="before kernels_read_once"):
+            with model.transformed_weights(Int8Weights(model)):
+                pass
+        with pytest.raises(ValueError, match="already"):
+            with model.kernels_read_once():
+                pass
+    with model.kernels_read_once():  # left cleanly: usable again
+        pass
