@@ -1,5 +1,6 @@
 """Small shared helpers for the tests."""
 
+import importlib.util
 import os
 
 import numpy as np
@@ -132,3 +133,11 @@ def shortlist_excluding(vocab_size, excluded):
     ranking = [i for i in kept if i not in special] + sorted(set(excluded) - special)
     return Shortlist(table=table, probabilities=np.full(table.shape, 1.0 / len(kept), np.float32),
                      ranking=np.array(ranking, np.int32), top_k=len(kept), frequent=0)
+
+
+def load_benchmark(name):
+    """The script ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,6 +1,5 @@
 """benchmarks/round_robin_benchmark.py: usage errors, and a real (tiny) run on the fixture export."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,17 +7,14 @@ import sys
 
 import pytest
 
+from helpers import load_benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location(
-        "round_robin_benchmark", os.path.join(ROOT, "benchmarks", "round_robin_benchmark.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("round_robin_benchmark")
 
 
 @pytest.mark.parametrize("models", [["only=/tmp"], ["a=/tmp", "/tmp"], ["a=/no/such/export", "b=/tmp"]])

@@ -1,22 +1,14 @@
 """benchmarks/tflite_profile_benchmark.py without perf: how it reads ``perf script`` output, sorts
 each sample into a group and labels its rows. (Sampling itself needs perf and is not tested.)"""
 
-import importlib.util
-import os
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location(
-        "tflite_profile_benchmark", os.path.join(ROOT, "benchmarks", "tflite_profile_benchmark.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("tflite_profile_benchmark")
 
 
 INVOKE = "7f01 tflite::Subgraph::Invoke()"
