@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,6 +41,31 @@ def load(path: str, threads: int):
 
     translate = tf.saved_model.load(path).signatures["serving_default"]
     return lambda batch: list(translate(sentences=tf.constant(batch, tf.string))["translations"].numpy())
+
+
+def measure(translators: Dict[str, Callable[[List[str]], List]], sources: List[str], batch_sizes: List[int],
+            rounds: int) -> List[Dict]:
+    """Per batch size and translator: best sentences/s over ``rounds`` round-robin rounds, and which
+    other translators gave the same translations (on an untimed first pass)."""
+    results: List[Dict] = []
+    for batch in batch_sizes:
+        count = len(sources) if batch > 1 else max(1, len(sources) // 4)
+        batches = [sources[i : i + batch] for i in range(0, count, batch)]
+        outputs = {label: [t for b in batches for t in translate(b)] for label, translate in translators.items()}
+        best = {label: 0.0 for label in translators}
+        for _ in range(rounds):
+            for label, translate in translators.items():
+                start = time.perf_counter()
+                for b in batches:
+                    translate(b)
+                best[label] = max(best[label], count / (time.perf_counter() - start))
+        for label in translators:
+            same = [other for other in translators if other != label and outputs[other] == outputs[label]]
+            results.append({"model": label, "batch": batch, "sentences": count,
+                            "sentences_per_second": round(best[label], 2), "identical_to": same})
+            print(f"batch {batch:3d}  {label:24s} {best[label]:8.2f} sentences/s"
+                  f"{'  same translations as ' + ', '.join(same) if same else ''}")
+    return results
 
 
 def main(argv=None) -> Dict:
@@ -71,24 +96,7 @@ def main(argv=None) -> Dict:
     sources.sort(key=len)  # as the Python API batches them
     translators = {label: load(path, args.threads) for label, path in models.items()}
     load_average_before = os.getloadavg()
-    results: List[Dict] = []
-    for batch in args.batches:
-        count = len(sources) if batch > 1 else max(1, len(sources) // 4)
-        batches = [sources[i : i + batch] for i in range(0, count, batch)]
-        outputs = {label: [t for b in batches for t in translate(b)] for label, translate in translators.items()}
-        best = {label: 0.0 for label in translators}
-        for _ in range(args.rounds):
-            for label, translate in translators.items():
-                start = time.perf_counter()
-                for b in batches:
-                    translate(b)
-                best[label] = max(best[label], count / (time.perf_counter() - start))
-        for label in translators:
-            same = [other for other in translators if other != label and outputs[other] == outputs[label]]
-            results.append({"model": label, "batch": batch, "sentences": count,
-                            "sentences_per_second": round(best[label], 2), "identical_to": same})
-            print(f"batch {batch:3d}  {label:24s} {best[label]:8.2f} sentences/s"
-                  f"{'  same translations as ' + ', '.join(same) if same else ''}")
+    results = measure(translators, sources, args.batches, args.rounds)
     report = {
         "benchmark": "exports of one checkpoint, round robin in one process, best of the rounds",
         "models": models, "threads": args.threads, "rounds": args.rounds, "sentences_file": args.sentences,

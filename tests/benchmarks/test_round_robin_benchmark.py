@@ -1,15 +1,8 @@
-"""benchmarks/round_robin_benchmark.py: usage errors, and a real (tiny) run on the fixture export."""
-
-import json
-import os
-import subprocess
-import sys
+"""benchmarks/round_robin_benchmark.py: usage errors, and the round robin itself on stand-in translators."""
 
 import pytest
 
 from helpers import load_benchmark
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +18,25 @@ def test_bad_model_lists_are_usage_errors(tool, tmp_path, models):
     assert not (tmp_path / "out.json").exists()
 
 
-def test_two_copies_of_one_export_translate_alike(exported_number_model, trained_number_model, tmp_path):
-    model_dir, _ = trained_number_model
-    output = tmp_path / "round_robin.json"
-    # In a process of its own: it sets TensorFlow's thread counts, which only a fresh process can.
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "round_robin_benchmark.py"),
-                    f"first={exported_number_model}", f"second={exported_number_model}", "--sentences",
-                    os.path.join(model_dir, "dev.tsv"), "--count", "6", "--batches", "1", "3", "--rounds", "1",
-                    "--output", str(output)], check=True, timeout=300, capture_output=True)
-    report = json.loads(output.read_text())
-    assert [(r["model"], r["batch"]) for r in report["results"]] == [
-        ("first", 1), ("second", 1), ("first", 3), ("second", 3)]
-    assert all(r["sentences_per_second"] > 0 for r in report["results"])
-    assert [r["identical_to"] for r in report["results"]] == [["second"], ["first"]] * 2
-    assert [r["sentences"] for r in report["results"]] == [1, 1, 6, 6]
+def test_round_robin_times_every_translator_and_compares_their_outputs(tool):
+    calls = []
+
+    def translator(name, texts):
+        def translate(batch):
+            calls.append((name, len(batch)))
+            return [texts.get(sentence, sentence.upper()) for sentence in batch]
+        return translate
+
+    sources = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    translators = {"first": translator("first", {}), "second": translator("second", {}),
+                   "other": translator("other", {"c": "different"})}
+    results = tool.measure(translators, sources, [1, 4], rounds=2)
+    assert [(r["model"], r["batch"], r["sentences"]) for r in results] == [
+        ("first", 1, 2), ("second", 1, 2), ("other", 1, 2), ("first", 4, 8), ("second", 4, 8), ("other", 4, 8)]
+    # Batch 1 covers a quarter of the sentences ("a", "b"), where "other" agrees; batch 4 reaches "c".
+    assert [r["identical_to"] for r in results] == [
+        ["second", "other"], ["first", "other"], ["first", "second"], ["second"], ["first"], []]
+    assert all(r["sentences_per_second"] > 0 for r in results)
+    # One untimed pass and two rounds, each translator in turn within a round.
+    assert calls[:2 * 3] == [("first", 1), ("first", 1), ("second", 1), ("second", 1), ("other", 1), ("other", 1)]
+    assert len(calls) == 3 * 3 * 2 + 3 * 3 * 2  # batch 1: 2 batches, batch 4: 2 batches; 3 passes each
