@@ -100,9 +100,7 @@ class WeightTransform:
 
     Subclasses override :meth:`float_kernel` (float products with other values) or
     :meth:`product`, :meth:`columns` and :meth:`partial_product` (other products), and
-    :meth:`lookup`, for the weights they replace, and defer to this class for the others. :meth:`enter` and :meth:`exit`
-    run when a :class:`WeightReader` starts and stops using the transform, in the
-    graph being traced.
+    :meth:`lookup`, for the weights they replace, and defer to this class for the others.
     """
 
     def float_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
@@ -130,12 +128,6 @@ class WeightTransform:
     def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
         """Rows ``ids`` of the embedding ``table``."""
         return tf.gather(table, ids)
-
-    def enter(self) -> None:
-        """Called when a reader starts using this transform."""
-
-    def exit(self) -> None:
-        """Called when the reader stops using it."""
 
 
 FLOAT_WEIGHTS = WeightTransform()
@@ -212,13 +204,11 @@ class WeightReader:
                 f"leave that scope before using {type(transform).__name__}"
             )
         previous = self._transform
-        transform.enter()
         self._transform = transform
         try:
             yield transform
         finally:
             self._transform = previous
-            transform.exit()
 
     @contextlib.contextmanager
     def kernels_read_once(self, kernels: Iterable[tf.Variable],

@@ -99,24 +99,29 @@ class Int8Weights(WeightTransform, tf.Module):
             return None
         return quantization.dequantize(*parts[:2], offsets=parts[2] if len(parts) == 3 else None)
 
+    def _int8_product_parts(self, kernel):
+        """``kernel``'s int8 parts when its products are int8 ones (``products="int8"``), else None."""
+        return self._kernels.get(kernel.ref()) if self.products == "int8" else None
+
     def product(self, x: tf.Tensor, kernel, columns=None) -> tf.Tensor:
         if isinstance(columns, tuple):  # what columns() gave for int8 products
             return quantization.int8_matmul(x, *columns)
-        if columns is None and self.float_kernel(kernel) is None:
-            return quantization.int8_matmul(x, *self._kernels[kernel.ref()])
+        parts = self._int8_product_parts(kernel)
+        if columns is None and parts is not None:
+            return quantization.int8_matmul(x, *parts)
         return super().product(x, kernel, columns)
 
     def columns(self, kernel, ids):
-        if self.float_kernel(kernel) is not None:
+        parts = self._int8_product_parts(kernel)
+        if parts is None:
             return super().columns(kernel, ids)
         # One scale (and offset) per output unit (eq. 12): the columns keep their own.
-        parts = self._kernels[kernel.ref()]
         return (tf.gather(parts[0], ids, axis=1),) + tuple(tf.gather(part, ids) for part in parts[1:])
 
     def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
-        if self.float_kernel(kernel) is not None:
+        parts = self._int8_product_parts(kernel)
+        if parts is None:
             return super().partial_product(kernel, rows)
-        parts = self._kernels[kernel.ref()]
         codes = parts[0][rows]  # the scales (and offsets) belong to output units: a row slice keeps them
         return lambda x: quantization.int8_matmul(x, codes, *parts[1:])
 
