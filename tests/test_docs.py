@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, number_word_pairs, run_in_process, run_side_by_side
+from conftest import NUMBER_MODEL_STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -390,7 +391,7 @@ def check_report(command, result, world):
 
     picture = os.path.join(world.model_dir, "training_curves.png")
     assert result.stdout.splitlines()[0] == f"wrote {picture}"
-    assert result.stdout.splitlines()[1].startswith("last step 1000, training loss ")
+    assert result.stdout.splitlines()[1].startswith(f"last step {NUMBER_MODEL_STEPS}, training loss ")
     assert imread(picture).shape[:2] == (750, 1100)
 
 

@@ -12,6 +12,7 @@ from matplotlib.image import imread
 from gnmt_tf import model_dir as layout
 from gnmt_tf import plots
 from helpers import ROOT, run_in_process
+from conftest import NUMBER_MODEL_STEPS
 from gnmt_tf.inference.translator import Translator
 
 MARK = "\u2581"  # the wordpieces' word-beginning mark
@@ -206,13 +207,13 @@ def test_read_training_scalars_of_a_real_run(trained_number_model):
         steps = [step for step, _ in scalars[key]]
         assert steps and all(a < b for a, b in zip(steps, steps[1:])), key
     loss = [value for _, value in scalars["train/loss"]]
-    assert len(loss) == 1000 // 20 and scalars["train/loss"][-1][0] == 1000  # log_every 20 in the fixture
+    assert len(loss) == NUMBER_MODEL_STEPS // 20 and scalars["train/loss"][-1][0] == NUMBER_MODEL_STEPS  # log_every 20
     assert np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5]) and loss[-1] < loss[0]
     delta = [value for _, value in scalars["train/delta"]]
     assert all(1.0 - 1e-6 <= d <= 8.0 + 1e-6 for d in delta)
     assert delta[0] > 7.0 and delta[-1] == pytest.approx(1.0)  # annealed 8 -> 1 by step 500 (section 6)
     assert all(v == pytest.approx(0.01) for _, v in scalars["train/learning_rate"])  # Adam's rate throughout
-    assert scalars["dev/bleu"][-1] == (1000, pytest.approx(result.dev_bleu.score, abs=1e-3))
+    assert scalars["dev/bleu"][-1] == (NUMBER_MODEL_STEPS, pytest.approx(result.dev_bleu.score, abs=1e-3))
 
 
 def test_report_cli_writes_the_curves(trained_number_model, tmp_path):
@@ -223,7 +224,8 @@ def test_report_cli_writes_the_curves(trained_number_model, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     picture = run_dir / "training_curves.png"
     assert f"wrote {picture}" in out.stdout
-    assert "last step 1000" in out.stdout and f"best dev BLEU {result.dev_bleu.score:.2f} (step 1000)" in out.stdout
+    assert f"last step {NUMBER_MODEL_STEPS}" in out.stdout
+    assert f"best dev BLEU {result.dev_bleu.score:.2f} (step {NUMBER_MODEL_STEPS})" in out.stdout
     assert imread(str(picture)).shape[:2] == (750, 1100)
 
     from gnmt_tf.cli import report

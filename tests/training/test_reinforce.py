@@ -231,10 +231,10 @@ def _held_out_expected_gleu(model_dir, which, pairs, samples=20):
 def rl_refined_number_model(trained_number_model, tmp_path_factory):
     """``--refine rl`` for 20 steps, from a copy of the session's number model with a flat softmax.
 
-    The session's model is nearly perfect (its sampled GLEU is about 0.98), which leaves RL
+    The session's model is nearly perfect (its sampled GLEU is above 0.9), which leaves RL
     nothing to show in a few steps. The start here is that model with its softmax weights
-    scaled by 0.3: the same greedy translations, but samples spread over many wrong words
-    (sampled GLEU about 0.2), as in an undertrained model. RL must sharpen it again.
+    scaled by 0.4: the same greedy translations, but samples spread over many wrong words
+    (sampled GLEU about 0.3), as in an undertrained model. RL must sharpen it again.
     """
     model_dir, _ = trained_number_model
     work = tmp_path_factory.mktemp("rl")
@@ -244,8 +244,8 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
         shutil.copy(os.path.join(model_dir, name), init_dir)
     model, _, _ = layout.load_model_dir(model_dir, which="latest")
     softmax = model.decoder.softmax_projection
-    softmax.kernel.assign(softmax.kernel * 0.3)
-    softmax.bias.assign(softmax.bias * 0.3)
+    softmax.kernel.assign(softmax.kernel * 0.4)
+    softmax.bias.assign(softmax.bias * 0.4)
     tf.train.Checkpoint(model=model).save(os.path.join(layout.checkpoint_dir(init_dir), "ckpt"))
     train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
@@ -275,7 +275,7 @@ def test_rl_refinement_raises_the_expected_gleu_on_held_out_data(rl_refined_numb
     before = _held_out_expected_gleu(init_dir, "latest", held_out)
     after = _held_out_expected_gleu(out_dir, "latest", held_out)
     assert before < 0.5  # the flattened start really is poor under sampling
-    assert after > before + 0.05, (before, after)  # measured: about 0.19 -> 0.27
+    assert after > before + 0.05, (before, after)  # measured: about 0.29 -> 0.37
 
 
 def test_cli_refine_rl_resume_guard(rl_refined_number_model, tmp_path):

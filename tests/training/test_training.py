@@ -12,6 +12,7 @@ from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.training.callbacks import RunControl
 from gnmt_tf.training.trainer import Trainer, TrainingDiverged
 from helpers import number_word_pairs
+from conftest import NUMBER_MODEL_STEPS
 
 
 def tiny_number_setup(tmp_path, steps, **overrides):
@@ -40,12 +41,12 @@ def tiny_number_setup(tmp_path, steps, **overrides):
 
 def test_tiny_model_learns_a_synthetic_translation_task(trained_number_model):
     model_dir, result = trained_number_model  # trained by the fixture in conftest.py
-    assert result.step == 1000 and "max_steps" in result.stop_reason
+    assert result.step == NUMBER_MODEL_STEPS and "max_steps" in result.stop_reason
     assert result.dev_bleu.score > 70, (result.dev_bleu, result.samples)
     assert result.dev_bleu.signature.startswith("nrefs:1")
     # The model directory is self-contained: it loads and translates by itself.
     model, loaded_tokenizer, loaded_config = layout.load_model_dir(model_dir, which="latest")
-    assert _final_state(model_dir)[1] == 1.0  # delta annealed to its end value (by step 500)
+    assert _final_state(model_dir)[1] == 1.0  # delta annealed to its end value (half way)
     from gnmt_tf.inference.translator import Translator
 
     translation = Translator(model, loaded_tokenizer).translate(["one two three"])[0]
