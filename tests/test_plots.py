@@ -83,11 +83,8 @@ def test_attention_pictures_follow_the_word_diagonal(translator, tmp_path):
         word_starts = [i for i, piece in enumerate(best.target_pieces) if piece.startswith(MARK)]
         assert len(word_starts) == len(sentence.split())
 
-        # The data, independently of any drawing: word k's first target piece gives source word k
-        # (the sum over its pieces: a long word's weight is spread over several) its largest weight.
-        for i in word_starts:
-            per_word = np.bincount(source_words, weights=attention[i])
-            assert int(per_word.argmax()) == target_words[i], (sentence, i, attention[i])
+        # The data, independently of any drawing.
+        assert_on_word_diagonal(attention, word_starts, source_words, target_words, sentence)
 
         # The picture: drawing the same record again gives the same pixels, and its figure tells
         # where the heat map is in them.
@@ -99,10 +96,22 @@ def test_attention_pictures_follow_the_word_diagonal(translator, tmp_path):
         drawn = cell_luminance(image, figure.axes[0], rows, columns)
         # grey colour map on a fixed [0, 1] scale: a cell's brightness is its weight (to 8-bit precision)
         np.testing.assert_allclose(drawn, attention, atol=0.01)
-        for i in word_starts:  # the brightest source word of each word-initial row is on the word diagonal
-            per_word = np.bincount(source_words, weights=drawn[i])
-            assert int(per_word.argmax()) == target_words[i], (sentence, i, drawn[i])
-            assert per_word.max() > 0.3 and per_word.max() > 2 * np.median(per_word)
+        assert_on_word_diagonal(drawn, word_starts, source_words, target_words, sentence)
+
+
+def assert_on_word_diagonal(weights, word_starts, source_words, target_words, sentence):
+    """Word k's first target piece gives source word k its largest weight, or within 0.05 of it.
+
+    A source word's weight is the sum over its pieces (a long word's is spread over several). The
+    0.05: a model may split a piece's attention evenly between the word it translates and the next
+    (measured: 0.49 / 0.49). A row or column off by one, or a transposed matrix, puts the weight on
+    another word (most rows hold 0.8-0.98 on one).
+    """
+    for i in word_starts:
+        per_word = np.bincount(source_words, weights=weights[i])
+        on_diagonal = per_word[target_words[i]]
+        assert on_diagonal > 0.3 and on_diagonal >= per_word.max() - 0.05, (sentence, i, weights[i])
+        assert on_diagonal > 2 * np.median(per_word), (sentence, i, weights[i])
 
 
 def heat_map(rows, columns, title=None, draw=False):
