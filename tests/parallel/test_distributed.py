@@ -161,6 +161,9 @@ def _env(**extra):
     env.update(
         PYTHONPATH=os.pathsep.join([ROOT, TESTS]), TF_CPP_MIN_LOG_LEVEL="2",
         GNMT_TEST_DEADLINE=str(CHILD_SECONDS),
+        # Not the suite's single inter-op thread (conftest.py): a parameter-server chief with one
+        # waits forever on its workers' results.
+        TF_NUM_INTEROP_THREADS="2",
     )
     env.update({key: str(value) for key, value in extra.items()})
     return env
