@@ -56,6 +56,7 @@ def decode_worker(model_dir: str, test: str, threads: int) -> dict:
     words = sum(len(source.split()) for source in sources)
     return {
         "decode_seconds": round(seconds, 2), "decode_src_words_per_s": round(words / seconds, 1),
+        "concurrent_batches": translator.concurrent_batches,
         "output_words_per_sentence": round(sum(len(h.split()) for h in hypotheses) / len(hypotheses), 2),
         "reference_words_per_sentence": round(sum(len(t.split()) for _, t in pairs) / len(pairs), 2),
         "beam 4, alpha=beta=0.2": score(hypotheses, pairs),

@@ -99,11 +99,27 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
         "or the average of the last ones written by python -m gnmt_tf.average",
     )
-    group.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    group.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default: 32)")
+    group.add_argument(
+        "--concurrent-batches", type=positive_int, default=2,
+        help="batches decoded at the same time, a thread each; a second one keeps two cores busy while "
+        "the first runs its small ops (default: 2; 1 decodes one batch after another)",
+    )
     group.add_argument(
         "--max-input-length", type=int, default=250,
         help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
     )
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 ("argument --batch-size: must be an integer >= 1, got 0")."""
+    value = int(text)  # not an integer: argparse's own "invalid int value: 'x'"
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+positive_int.__name__ = "int"  # the word argparse uses in "invalid int value"
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True) -> None:
@@ -152,7 +168,7 @@ def load_translator(args):
                             f"{args.model_dir} builds one")
     translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
         model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length,
-        shortlist=shortlist, precompute_target_inputs=True,
+        shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=args.concurrent_batches,
     )
     return translator, config
 

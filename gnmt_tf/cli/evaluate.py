@@ -90,6 +90,7 @@ def main(argv=None) -> int:
         "beamsize": overrides.get("beamsize", d.beamsize),
         "shortlist": overrides.get("use_shortlist", translator.module.uses_shortlist),
         "batch_size": args.batch_size,
+        "concurrent_batches": args.concurrent_batches,
     }
     if hypotheses_file:
         with hypotheses_file:
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
             f"decoding: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s "
             f"({len(pairs)} sentences in {seconds:.1f} s; beam {result['beam_width']}, alpha {result['alpha']}, "
             f"beta {result['beta']}, beamsize {result['beamsize']}, "
-            f"shortlist {'on' if result['shortlist'] else 'off'}, batch {args.batch_size})"
+            f"shortlist {'on' if result['shortlist'] else 'off'}, batch {args.batch_size} x "
+            f"{args.concurrent_batches} at a time)"
         )
     return 0
 

@@ -32,6 +32,21 @@ def test_a_bad_option_is_a_usage_error_naming_the_flag(command, flag, typed, sho
         f"must be a finite float32 >= 0, got {shown}{hint}")
 
 
+BATCHING = [("batch-size", "0", "must be an integer >= 1, got 0"),
+            ("concurrent-batches", "-1", "must be an integer >= 1, got -1"),
+            ("concurrent-batches", "two", "invalid int value: 'two'")]
+
+
+@pytest.mark.parametrize("command", sorted(FLAGS))
+@pytest.mark.parametrize("flag, typed, message", BATCHING, ids=[f"{f}={t}" for f, t, _ in BATCHING])
+def test_batching_flags_take_positive_integers(command, flag, typed, message):
+    result = run_in_process([sys.executable, "-m", command, "--model-dir", "no_such_dir", *REQUIRED[command],
+                             f"--{flag}={typed}"], "one\n")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == (
+        f"{command.replace('gnmt_tf.', 'python -m gnmt_tf.')}: error: argument --{flag}: {message}")
+
+
 def test_good_options_after_refused_ones_translate_and_beamsize_0_is_greedy(trained_number_model, tmp_path):
     """beamsize 0 keeps only each hypothesis' best token and drops what scores below the best finished
     hypothesis: one live hypothesis, extended by its most probable token, which is greedy search."""
@@ -54,6 +69,7 @@ def test_good_options_after_refused_ones_translate_and_beamsize_0_is_greedy(trai
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)  # valid JSON: no Infinity any more
     assert report["beamsize"] == 1e9 and report["sentences"] == 2
+    assert (report["batch_size"], report["concurrent_batches"]) == (32, 2)  # the defaults
 
     score = ["-m", "gnmt_tf.score", "--model-dir", model_dir, "--alpha", "0", "--beta", "0"]
     pairs = "three one four\ttrois un quatre\n"

@@ -56,6 +56,37 @@ def test_batching_does_not_change_translations(translator):
     assert together == one_by_one
 
 
+def test_concurrent_batches_translate_as_one_batch_after_another(translator):
+    """Batches in flight together give each sentence what the sequential loop gives it, in input order.
+
+    Small batches of unequal lengths, so that several run at once and finish out of order.
+    """
+    from helpers import number_word_pairs
+
+    sentences = [source for source, _ in number_word_pairs(40, seed=11, min_len=1)] + ["", "seven"]
+    model, tokenizer, decoding = translator.model, translator.tokenizer, translator.decoding
+    outputs = {}
+    for concurrent in (1, 3):
+        each = Translator(model, tokenizer, decoding, batch_size=4, max_input_length=12, concurrent_batches=concurrent)
+        nbest = each.translate_nbest(sentences, n_best=2, return_attention=True)
+        scores = each.score(sentences, [hypotheses[0].text if hypotheses else "" for hypotheses in nbest])
+        outputs[concurrent] = (nbest, each.greedy(sentences), scores)
+    (nbest_1, greedy_1, scores_1), (nbest_3, greedy_3, scores_3) = outputs[1], outputs[3]
+    assert greedy_3 == greedy_1 and len(set(greedy_1)) > 30
+    assert [len(n) for n in nbest_3] == [len(n) for n in nbest_1] and nbest_1[-2] == []
+    for many, one in zip([h for n in nbest_3 for h in n], [h for n in nbest_1 for h in n]):
+        assert (many.text, many.score, many.target_pieces) == (one.text, one.score, one.target_pieces)
+        np.testing.assert_array_equal(many.attention, one.attention)
+    assert scores_1[-2] is None and scores_3[-2] is None
+    assert [s.score for s in scores_3 if s] == [s.score for s in scores_1 if s]
+
+
+@pytest.mark.parametrize("name, value", [("concurrent_batches", 0), ("batch_size", 0), ("concurrent_batches", 1.5)])
+def test_batching_arguments_must_be_positive_integers(translator, name, value):
+    with pytest.raises(ValueError, match=f"{name} must be an integer >= 1, got {value!r}"):
+        Translator(translator.model, translator.tokenizer, **{name: value})
+
+
 SHORTLIST_SENTENCES = ["three one four", "nine nine", "", "one two three four five six seven", "five", "one"]
 
 
