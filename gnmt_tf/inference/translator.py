@@ -493,8 +493,9 @@ class Translator:
         batch_size: sentences decoded together (sorted by length first, as section 7 does).
         concurrent_batches: batches decoded at the same time, each on a thread of its own. A
             decoding step is a few products between many small ops; a second batch in flight
-            keeps the cores busy while the first runs those (1.1-1.3x the words/s on two cores,
-            benchmarks/README.md). Each batch translates as it would alone. 1: one after another.
+            keeps the cores busy while the first runs those (on two cores, 1.1-1.3x the words/s
+            of a 2+2x256 model at batch 32; benchmarks/README.md). Each batch translates as it
+            would alone. 1: one after another.
         max_input_length: wordpieces per source sentence, EOS excluded.
         truncate_long_inputs: truncate longer sentences (True) or raise ValueError (False).
         precompute_target_inputs: gather the bottom decoder layer's input projection from a
