@@ -571,7 +571,8 @@ class Translator:
     def _decoded(self, decode, batches):
         """``(batch, decode(*batch))`` for each of ``batches`` in order, ``concurrent_batches`` at a time.
 
-        ``decode`` returns NumPy arrays, so that each thread waits for its own batch's results.
+        ``decode`` returns NumPy arrays (and whatever else it computed for the batch), so that each
+        thread waits for its own batch's results.
         """
         batches = list(batches)
         if self.concurrent_batches == 1 or len(batches) < 2:
@@ -675,19 +676,16 @@ class Translator:
         results: List[Optional[Score]] = [None] * len(sources)
         score = self.module.compiled_score(return_attention)
 
-        def targets_of(chunk):
+        def decode(chunk, batch, source_lengths):
             rows = present[chunk]
             target_lengths = np.minimum(target_counts[rows], self.max_input_length) + 1
-            return rows, target_ids[rows, : int(target_lengths.max())]
-
-        def decode(chunk, batch, source_lengths):
-            _, targets_batch = targets_of(chunk)
-            return {k: v.numpy() for k, v in score(tf.constant(batch), tf.constant(targets_batch), *options).items()
-                    if v is not None}
+            targets_batch = target_ids[rows, : int(target_lengths.max())]
+            out = {k: v.numpy() for k, v in score(tf.constant(batch), tf.constant(targets_batch), *options).items()
+                   if v is not None}
+            return rows, targets_batch, out
 
         batches = self._batches(source_ids[present], source_counts[present])
-        for (chunk, batch, source_lengths), out in self._decoded(decode, batches):
-            rows, targets_batch = targets_of(chunk)
+        for (chunk, batch, source_lengths), (rows, targets_batch, out) in self._decoded(decode, batches):
             for row, i in enumerate(rows):
                 length = int(out["lengths"][row])
                 results[i] = Score(
