@@ -177,7 +177,7 @@ def worker_setup(job, threads):
     """Write every artifact below job["work_dir"]; sizes and export times."""
     tf = _import_tf(threads)
     from export.exporters import ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_files import load_model_dir
 
     model, tokenizer, config = load_model_dir(job["model_dir"])
     shortlist, shortlisted = _shortlisted(job["model_dir"], tokenizer, config)
@@ -211,7 +211,7 @@ def _shortlisted(model_dir, tokenizer, config):
     """The model directory's shortlist (None without one) and decoding settings that use it."""
     import dataclasses
 
-    from gnmt_tf.model_dir import read_shortlist
+    from gnmt_tf.model_files import read_shortlist
 
     return (read_shortlist(model_dir, vocab_size=tokenizer.vocab_size),
             dataclasses.replace(config.decoding, use_shortlist=True))
@@ -221,7 +221,7 @@ def _load_translate(tf, name, job, threads):
     """A function list[str] -> list[str] translating with artifact ``name``, loaded as its users would."""
     spec = ARTIFACTS[name]
     if spec["format"] == "keras":
-        from gnmt_tf.model_dir import load_model_dir
+        from gnmt_tf.model_files import load_model_dir
         from gnmt_tf.inference.translator import Translator
 
         model, tokenizer, config = load_model_dir(job["model_dir"])
@@ -464,7 +464,7 @@ def worker_quant(job, threads):
 
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.quantization.weights import Int8Weights
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_files import load_model_dir
     from gnmt_tf.quantization.int8 import quantization_report, quantized_kernel_variables
     from gnmt_tf.inference.translator import Translator
 

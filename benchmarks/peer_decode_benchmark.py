@@ -42,12 +42,12 @@ def decode_worker(model_dir: str, test: str, threads: int) -> dict:
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.inference.translator import Translator
 
     pairs = read_pairs(test)
     sources = [source for source, _ in pairs]
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     translator = Translator(model, tokenizer, config.decoding, batch_size=BATCH, precompute_target_inputs=True)
     translator.translate(sources[:BATCH], **DECODING)  # tracing, outside the timed decode
     start = time.perf_counter()

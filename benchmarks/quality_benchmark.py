@@ -89,16 +89,16 @@ def decodings(config) -> List[Tuple[str, str, Dict]]:
 
 def evaluate_worker(model_dir: str) -> Dict:
     """Scores of every decoding of the model in ``model_dir`` on its dev.tsv (run in a worker)."""
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.cli.average import average_checkpoints
     from gnmt_tf.inference.translator import Translator
 
-    pairs = layout.read_dev_split(model_dir)
+    pairs = model_files.read_dev_split(model_dir)
     sources = [source for source, _ in pairs]
-    config, _ = layout.load_metadata(model_dir)
+    config, _ = model_files.load_metadata(model_dir)
     import tensorflow as tf
 
-    kept = len(tf.train.get_checkpoint_state(layout.checkpoint_dir(model_dir)).all_model_checkpoint_paths)
+    kept = len(tf.train.get_checkpoint_state(model_files.checkpoint_dir(model_dir)).all_model_checkpoint_paths)
     averaged = min(AVERAGED, kept)
     if averaged >= 2:
         average_checkpoints(model_dir, last=averaged, log=lambda message: None)
@@ -106,8 +106,8 @@ def evaluate_worker(model_dir: str) -> Dict:
     for name, which, options in decodings(config):
         if which not in models:
             try:
-                models[which] = layout.load_model_dir(model_dir, which=which, warn=lambda message: None)
-            except layout.ModelDirError:
+                models[which] = model_files.load_model_dir(model_dir, which=which, warn=lambda message: None)
+            except model_files.ModelDirError:
                 continue
         model, tokenizer, _ = models[which]
         options = dict(options)
@@ -118,7 +118,7 @@ def evaluate_worker(model_dir: str) -> Dict:
             sources, **options)
         entry = score(hypotheses, pairs)
         entry["seconds"] = round(time.monotonic() - started, 1)
-        entry["delta"] = layout.model_delta(model)
+        entry["delta"] = model_files.model_delta(model)
         results[name] = entry
         print(f"  {name}: BLEU {entry['whole']['bleu']} (ratio {entry['whole']['ratio']}), long "
               f"{entry['long']['bleu'] if entry['long'] else '-'}", file=sys.stderr, flush=True)
@@ -254,9 +254,9 @@ def main(argv=None) -> int:
             "ours": {**training_summary(ours_dir), "decodings": evaluate_ours(ours_dir, threads)},
         }
         if peer is not None:
-            from gnmt_tf import model_dir as layout
+            from gnmt_tf import model_files
 
-            entry["peer"] = peer_results(peer_dir, layout.dev_split_path(ours_dir))
+            entry["peer"] = peer_results(peer_dir, model_files.dev_split_path(ours_dir))
         results["runs"] = [r for r in results["runs"] if (r["tag"], r["minutes"], r["threads"]) != (
             args.tag, minutes, threads)] + [entry]
         _save(args.output, results)

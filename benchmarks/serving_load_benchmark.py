@@ -51,9 +51,9 @@ def free_port() -> int:
 
 
 def dev_sentences(model_dir: str, limit: int = 200):
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
-    return [source for source, _ in layout.read_dev_split(model_dir)][:limit]
+    return [source for source, _ in model_files.read_dev_split(model_dir)][:limit]
 
 
 def start_server(base: str, batching: bool):

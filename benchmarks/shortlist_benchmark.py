@@ -22,15 +22,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 def measure(model_dir: str, batch_size: int, chunk: int) -> dict:
     import numpy as np
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.inference.translator import Translator
     from gnmt_tf.metrics.bleu import corpus_bleu
 
-    model, tokenizer, config = layout.load_model_dir(model_dir)
-    shortlist = layout.read_shortlist(model_dir, tokenizer.vocab_size)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
+    shortlist = model_files.read_shortlist(model_dir, tokenizer.vocab_size)
     if shortlist is None:
         raise SystemExit(f"{model_dir} has no shortlist: python -m gnmt_tf.shortlist --model-dir {model_dir}")
-    pairs = layout.read_dev_split(model_dir)
+    pairs = model_files.read_dev_split(model_dir)
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     translator = Translator(model, tokenizer, config.decoding, batch_size=batch_size, shortlist=shortlist)
     for use in (False, True):  # trace both searches before timing

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.model_files import CHECKPOINT_CHOICES
 
 FORMATS = ("saved_model", "tflite")
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="int8: eq. 12 weights (one scale per output unit), checked against the float model's dev BLEU",
     )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
-    parser.add_argument("--checkpoint", choices=("best", "latest", "averaged"), default="best",
+    parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
                         help="which checkpoint of the model directory to export (default: %(default)s)")
     parser.add_argument("--beam-width", type=int, default=None, help="beam width built into the export")
     parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     start_tensorflow(args.verbose)
     from export.exporters import ExportError, ExportRequest, export, validate_request
     from gnmt_tf.config import ConfigError
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     request = ExportRequest(
         model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,

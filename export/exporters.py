@@ -88,9 +88,9 @@ def next_version(base: str) -> int:
 
 def dev_pairs(model_dir: str, count: int) -> List[Tuple[str, str]]:
     """The first ``count`` (source, reference) pairs of the dev split kept with the model (none without one)."""
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
-    return layout.read_dev_split(model_dir)[:count] if layout.has_dev_split(model_dir) else []
+    return model_files.read_dev_split(model_dir)[:count] if model_files.has_dev_split(model_dir) else []
 
 
 def verification_sentences(model_dir: str, count: int) -> List[str]:
@@ -253,7 +253,7 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
-    from gnmt_tf.model_dir import load_model_dir, read_shortlist, shortlist_path
+    from gnmt_tf.model_files import load_model_dir, read_shortlist, shortlist_path
 
     validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
@@ -306,7 +306,7 @@ QUANTIZE = ("none", "int8")
 
 def _require_final_delta(request, model, config) -> None:
     """Section 6's int8 ranges assume the final delta: refuse a checkpoint trained to a larger one."""
-    from gnmt_tf.model_dir import anneal_finished, model_delta
+    from gnmt_tf.model_files import anneal_finished, model_delta
 
     trained, final = model_delta(model), config.model.clip_delta
     if not anneal_finished(trained, final):
@@ -355,7 +355,7 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlis
     """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.model_dir import DEV_FILE
+    from gnmt_tf.model_files import DEV_FILE
 
     pairs = dev_pairs(request.model_dir, request.bleu_sentences)
     if not pairs:

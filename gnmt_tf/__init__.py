@@ -23,7 +23,7 @@ _PUBLIC = {
     "SequenceCrossEntropy": "gnmt_tf.models.losses",
     "WordpieceTokenizer": "gnmt_tf.data.tokenizer",
     "Translator": "gnmt_tf.inference.translator",
-    "load_model_dir": "gnmt_tf.model_dir",
+    "load_model_dir": "gnmt_tf.model_files",
     "beam_search": "gnmt_tf.decoding.beam",
     "Int8Weights": "gnmt_tf.quantization.weights",
     "QuantizationAwareTraining": "gnmt_tf.quantization.qat",

@@ -230,7 +230,9 @@ def plot_attention(translator, sentences: Sequence[str], directory: str, first_i
 
 # ---------------------------------------------------------------------------------------- training curves
 def _log_root(model_dir: str) -> str:
-    logs = os.path.join(model_dir, "logs")
+    from gnmt_tf import model_files
+
+    logs = model_files.log_dir(model_dir)
     return logs if os.path.isdir(logs) else model_dir
 
 
@@ -361,7 +363,9 @@ def save_training_curves(model_dir: str, path: Optional[str] = None) -> Tuple[st
     ``path`` defaults to ``model_dir/training_curves.png``. Returns (path, scalars).
     """
     scalars = read_training_scalars(model_dir)
-    path = path or os.path.join(model_dir, "training_curves.png")
+    from gnmt_tf import model_files
+
+    path = path or model_files.training_curves_path(model_dir)
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     save_figure(training_curves_figure(scalars, title=_shorten(os.path.abspath(model_dir), 100)), path)

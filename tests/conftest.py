@@ -87,7 +87,7 @@ def _train_number_model(tmp_path):
     import tf_keras as keras
 
     from test_training import tiny_number_setup
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1234)
@@ -97,7 +97,7 @@ def _train_number_model(tmp_path):
     result = trainer.train()
     # dev.tsv as python -m gnmt_tf.train keeps it with the model (the int8 exporter checks its BLEU
     # on it); test.tsv is held out from both, so that a test measuring on it is independent of them.
-    layout.write_dev_split(model_dir, dev_pairs)
+    model_files.write_dev_split(model_dir, dev_pairs)
     with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:
         for source, target in held_out_number_pairs(100, train_pairs + dev_pairs):
             handle.write(f"{source}\t{target}\n")

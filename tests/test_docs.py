@@ -287,12 +287,12 @@ class DocsWorld:
 
 def write_number_shortlist(model_dir):
     """The vocabulary shortlist of the number task, as python -m gnmt_tf.shortlist --train would learn it."""
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.data import shortlist as shortlists
 
-    _, tokenizer = layout.load_metadata(model_dir)
+    _, tokenizer = model_files.load_metadata(model_dir)
     sources, targets = shortlists.wordpiece_pairs(number_word_pairs(2000, seed=1, min_len=1), tokenizer.tokenize)
-    layout.write_shortlist(model_dir, shortlists.learn_shortlist(sources, targets, tokenizer.vocab_size, top_k=3,
+    model_files.write_shortlist(model_dir, shortlists.learn_shortlist(sources, targets, tokenizer.vocab_size, top_k=3,
                                                                  frequent=0, iterations=5))
 
 
@@ -300,10 +300,10 @@ def add_third_checkpoint(model_dir):
     """The newest checkpoint saved again as a third one: `--last 3` needs three (tiny keeps two)."""
     import tensorflow as tf
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
-    model, _, _ = layout.load_model_dir(model_dir, which="latest")
-    directory = layout.checkpoint_dir(model_dir)
+    model, _, _ = model_files.load_model_dir(model_dir, which="latest")
+    directory = model_files.checkpoint_dir(model_dir)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory, max_to_keep=3)
     assert len(manager.checkpoints) == 2
     manager.save(checkpoint_number=1001)
@@ -376,14 +376,14 @@ def check_score(command, result, world):
 
 
 def check_average(command, result, world):
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
     last = int(command.args[command.args.index("--last") + 1])
     averaged = world.checkpoints[-last:]
     assert f"averaged {last} checkpoints ({', '.join(averaged)})" in result.stdout
-    sources = open(os.path.join(layout.averaged_dir(world.model_dir), "sources.txt"), encoding="utf-8").read()
+    sources = open(os.path.join(model_files.averaged_dir(world.model_dir), "sources.txt"), encoding="utf-8").read()
     assert sources.split() == averaged
-    assert layout.find_checkpoint(world.model_dir, "averaged")
+    assert model_files.find_checkpoint(world.model_dir, "averaged")
 
 
 def check_report(command, result, world):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf import plots
 from helpers import ROOT, run_in_process
 from conftest import NUMBER_MODEL_STEPS
@@ -25,7 +25,7 @@ def run(args, stdin=None):
 @pytest.fixture(scope="module")
 def translator(trained_number_model):
     model_dir, _ = trained_number_model
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     return Translator(model, tokenizer, config.decoding)
 
 

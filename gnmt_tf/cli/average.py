@@ -24,17 +24,17 @@ def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
     """The newest ``last`` checkpoint paths of ``model_dir``, oldest first."""
     import tensorflow as tf
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
     if last < 1:
-        raise layout.ModelDirError(f"--last must be at least 1, got {last}")
-    directory = layout.checkpoint_dir(model_dir)
+        raise model_files.ModelDirError(f"--last must be at least 1, got {last}")
+    directory = model_files.checkpoint_dir(model_dir)
     state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
     paths = list(state.all_model_checkpoint_paths) if state else []
     if not paths:
-        raise layout.ModelDirError(f"{model_dir} has no checkpoints to average (looked in {directory})")
+        raise model_files.ModelDirError(f"{model_dir} has no checkpoints to average (looked in {directory})")
     if len(paths) < last:
-        raise layout.ModelDirError(
+        raise model_files.ModelDirError(
             f"{model_dir} keeps {len(paths)} checkpoint(s), fewer than --last {last}; average fewer, or "
             f"keep more while training (training.keep_checkpoints)"
         )
@@ -49,14 +49,14 @@ def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = 
     import numpy as np
     import tensorflow as tf
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
-    config, _ = layout.load_metadata(model_dir)
+    config, _ = model_files.load_metadata(model_dir)
     paths = checkpoints_to_average(model_dir, last)
     total = None
     deltas = []
     for path in paths:
-        model = layout.build_model(config, path)
+        model = model_files.build_model(config, path)
         delta_index = next(i for i, w in enumerate(model.weights) if w is model.clip_delta)
         weights = [np.asarray(w, np.float64) for w in model.get_weights()]
         deltas.append(float(weights[delta_index]))
@@ -68,9 +68,9 @@ def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = 
             f"the average is used at the newest one's, {deltas[-1]:.3g}")
     model.set_weights([m.astype(w.dtype.as_numpy_dtype) for m, w in zip(mean, model.weights)])
     step = int(paths[-1].rsplit("-", 1)[-1])
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), layout.averaged_dir(model_dir), max_to_keep=1)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), model_files.averaged_dir(model_dir), max_to_keep=1)
     path = manager.save(checkpoint_number=step)
-    with open(os.path.join(layout.averaged_dir(model_dir), layout.AVERAGED_SOURCES_FILE), "w", encoding="utf-8") as handle:
+    with open(os.path.join(model_files.averaged_dir(model_dir), model_files.AVERAGED_SOURCES_FILE), "w", encoding="utf-8") as handle:
         handle.writelines(f"{os.path.basename(p)}\n" for p in paths)
     return path, paths
 
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start_tensorflow(args.verbose)
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     try:
         path, paths = average_checkpoints(args.model_dir, args.last)

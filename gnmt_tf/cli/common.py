@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from gnmt_tf.decoding.options import search_option_argument
+from gnmt_tf.model_files import CHECKPOINT_CHOICES
 
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 
@@ -95,7 +96,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Which checkpoint, and how sentences are batched and truncated (translate, evaluate, score)."""
     group = parser.add_argument_group("model and batching")
     group.add_argument(
-        "--checkpoint", choices=("best", "latest", "averaged"), default="best",
+        "--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
         help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
         "or the average of the last ones written by python -m gnmt_tf.average",
     )
@@ -158,7 +159,7 @@ def load_translator(args):
     """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line,
     with the directory's vocabulary shortlist if it has one."""
     from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.model_dir import ModelDirError, load_model_dir, read_shortlist, shortlist_path
+    from gnmt_tf.model_files import ModelDirError, load_model_dir, read_shortlist, shortlist_path
 
     model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
     shortlist = read_shortlist(args.model_dir, vocab_size=tokenizer.vocab_size)

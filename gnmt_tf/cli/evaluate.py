@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError, read_parallel
     from gnmt_tf.metrics.bleu import corpus_bleu
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     try:
         pairs, report = read_parallel(args.test)

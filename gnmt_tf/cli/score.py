@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         return 2
     start_tensorflow(args.verbose)
     from gnmt_tf.config import ConfigError
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     try:
         if args.input:

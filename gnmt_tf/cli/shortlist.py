@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     start_tensorflow(args.verbose)
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     try:
         return _run(args)
@@ -81,17 +81,17 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     import numpy as np
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.data import shortlist as shortlists
     from gnmt_tf.vocab import EOS_ID
 
-    config, tokenizer = layout.load_metadata(args.model_dir)  # first: fails for a directory not a model's
-    dev_pairs = layout.read_dev_split(args.model_dir) if layout.has_dev_split(args.model_dir) else []
+    config, tokenizer = model_files.load_metadata(args.model_dir)  # first: fails for a directory not a model's
+    dev_pairs = model_files.read_dev_split(args.model_dir) if model_files.has_dev_split(args.model_dir) else []
     pairs = load_training_pairs(args)
-    kept = layout.without_dev_pairs(pairs, dev_pairs)
+    kept = model_files.without_dev_pairs(pairs, dev_pairs)
     if len(kept) < len(pairs):
         print(f"left out {len(pairs) - len(kept):,} pairs of the dev split "
-              f"({layout.dev_split_path(args.model_dir)})")
+              f"({model_files.dev_split_path(args.model_dir)})")
     started = time.monotonic()
     max_length = config.data.max_length
     sources, targets = shortlists.wordpiece_pairs(
@@ -100,7 +100,7 @@ def _run(args) -> int:
     _progress(f"tokenized {len(kept):,} pairs in {time.monotonic() - started:.1f} s; {len(sources):,} have "
               f"at most {max_length} wordpieces a side (data.max_length)", done=True)
     if not sources:
-        raise layout.ModelDirError(f"no training pair of at most {max_length} wordpieces a side to learn "
+        raise model_files.ModelDirError(f"no training pair of at most {max_length} wordpieces a side to learn "
                                    f"from")
     learning = time.monotonic()
     shortlist = shortlists.learn_shortlist(
@@ -109,13 +109,13 @@ def _run(args) -> int:
         progress=lambda i: _progress(f"IBM Model 1: EM iteration {i}/{args.iterations}"))
     _progress(f"learned t(f|e) with {args.iterations} EM iterations in {time.monotonic() - learning:.1f} s",
               done=True)
-    replacing = layout.has_shortlist(args.model_dir)
-    path = layout.write_shortlist(args.model_dir, shortlist)
+    replacing = model_files.has_shortlist(args.model_dir)
+    path = model_files.write_shortlist(args.model_dir, shortlist)
     print(f"{'replaced' if replacing else 'wrote'} {path}: top {args.top_k} translations of each of "
           f"{shortlist.vocab_size:,} pieces, the {args.frequent} most frequent target pieces, EOS "
           f"({time.monotonic() - started:.1f} s in all)")
     if not dev_pairs:
-        print(f"{args.model_dir} has no dev split ({layout.DEV_FILE}): no coverage to report")
+        print(f"{args.model_dir} has no dev split ({model_files.DEV_FILE}): no coverage to report")
         return 0
     dev_sources, dev_targets = shortlists.wordpiece_pairs(dev_pairs, tokenizer.tokenize)
     eos = np.array([EOS_ID], np.int32)

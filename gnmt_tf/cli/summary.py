@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     start_tensorflow(args.verbose)
 
     from gnmt_tf.config import ConfigError, load_config, parse_overrides
-    from gnmt_tf.model_dir import build_model
+    from gnmt_tf.model_files import build_model
 
     try:
         config = load_config(args.config, overrides=parse_overrides(args.overrides))

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
 
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data import DataError
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     try:
         if args.logical_cpus is not None:  # before anything initializes TensorFlow's devices
@@ -133,16 +133,16 @@ def _cli_overrides(args) -> dict:
 
 
 def _run(args) -> int:
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError, load_config
 
     model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
     overrides = _cli_overrides(args)
     strategy = _strategy(args)  # a parameter-server worker or ps process serves in here
 
-    resuming = layout.has_config(model_dir)
+    resuming = model_files.has_config(model_dir)
     if resuming:
-        config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
+        config = load_config(os.path.join(model_dir, model_files.CONFIG_FILE), overrides=overrides)
         if args.config is not None:
             requested = load_config(args.config, overrides=overrides)
             requested.model.vocab_size = config.model.vocab_size
@@ -159,8 +159,8 @@ def _run(args) -> int:
     tokenizer = _tokenizer(model_dir, config, train_pairs, resuming)
     config.model.vocab_size = tokenizer.vocab_size
     if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
-        layout.save_metadata(model_dir, config, tokenizer)
-        layout.write_dev_split(model_dir, dev_pairs)
+        model_files.save_metadata(model_dir, config, tokenizer)
+        model_files.write_dev_split(model_dir, dev_pairs)
 
     from gnmt_tf.training.trainer import Trainer
 
@@ -219,25 +219,25 @@ def _describe_refinement(refine, config, init_checkpoint) -> str:
 
 def _run_refine(args) -> int:
     """``--refine qat|rl``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError, load_config
 
     init_dir, model_dir = args.init_from, args.model_dir
-    init_config, tokenizer = layout.load_metadata(init_dir)
-    init_checkpoint = layout.find_checkpoint(init_dir, "best")
+    init_config, tokenizer = model_files.load_metadata(init_dir)
+    init_checkpoint = model_files.find_checkpoint(init_dir, "best")
     if init_checkpoint is None:
-        raise layout.ModelDirError(f"{init_dir} has no checkpoint to fine-tune (no best/ or checkpoints/)")
+        raise model_files.ModelDirError(f"{init_dir} has no checkpoint to fine-tune (no best/ or checkpoints/)")
     if os.path.realpath(model_dir) == os.path.realpath(init_dir):
-        raise layout.ModelDirError(
+        raise model_files.ModelDirError(
             f"--model-dir must be a new directory, not the --init-from model itself ({init_dir}): "
             f"the fine-tune would overwrite the model it starts from"
         )
     strategy = _strategy(args)
     overrides = _cli_overrides(args)
 
-    resuming = layout.has_config(model_dir)
+    resuming = model_files.has_config(model_dir)
     if resuming:  # an interrupted fine-tune: its saved recipe, and its own checkpoints
-        config = load_config(os.path.join(model_dir, layout.CONFIG_FILE), overrides=overrides)
+        config = load_config(os.path.join(model_dir, model_files.CONFIG_FILE), overrides=overrides)
         if not _is_refinement(args.refine, config):
             raise ConfigError(
                 f"{model_dir} holds a model that is not a --refine {args.refine} fine-tune; use a new --model-dir"
@@ -252,11 +252,11 @@ def _run_refine(args) -> int:
             f"only model.dropout may be changed for the fine-tune"
         )
 
-    if not args.dev and layout.has_dev_split(init_dir):  # the model's own dev split: its BLEU stays comparable
-        dev_pairs = layout.read_dev_split(init_dir)
+    if not args.dev and model_files.has_dev_split(init_dir):  # the model's own dev split: its BLEU stays comparable
+        dev_pairs = model_files.read_dev_split(init_dir)
         train_pairs = load_training_pairs(args)
-        kept = layout.without_dev_pairs(train_pairs, dev_pairs)
-        print(f"dev split: the {len(dev_pairs):,} pairs of {layout.dev_split_path(init_dir)}; "
+        kept = model_files.without_dev_pairs(train_pairs, dev_pairs)
+        print(f"dev split: the {len(dev_pairs):,} pairs of {model_files.dev_split_path(init_dir)}; "
               f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
         train_pairs = kept
         print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
@@ -266,8 +266,8 @@ def _run_refine(args) -> int:
         print(f"note: fine-tuning on the built-in data (no --train given); if {init_dir} was trained "
               f"on other data, pass that with --train")
     if _is_chief(strategy):
-        layout.save_metadata(model_dir, config, tokenizer)
-        layout.write_dev_split(model_dir, dev_pairs)
+        model_files.save_metadata(model_dir, config, tokenizer)
+        model_files.write_dev_split(model_dir, dev_pairs)
 
     from gnmt_tf.training.trainer import Trainer
 
@@ -285,7 +285,7 @@ def _verbosity(args) -> int:
 
 
 def _train_and_report(trainer, model_dir) -> int:
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.parallel.distribute import WorkerLost
     from gnmt_tf.training.trainer import TrainingDiverged
 
@@ -303,14 +303,14 @@ def _train_and_report(trainer, model_dir) -> int:
         print("this worker is done; the chief evaluates and writes the model directory")
         return 0
     final_delta = trainer.config.model.clip_delta
-    if result.delta is not None and not layout.anneal_finished(result.delta, final_delta):
+    if result.delta is not None and not model_files.anneal_finished(result.delta, final_delta):
         print(f"delta: {result.delta:.3g} (the anneal to {final_delta:g} ends at step "
               f"{trainer.config.training.delta_anneal_steps:,}); the model is evaluated and decoded at "
               f"delta {result.delta:.3g}, the value it was trained at")
     print(f"dev perplexity: {result.dev_perplexity:.2f}")
     print(f"dev {result.dev_bleu}")
     if result.best_bleu is not None:
-        print(f"best dev BLEU so far: {result.best_bleu:.2f} (checkpoint in {layout.best_dir(model_dir)})")
+        print(f"best dev BLEU so far: {result.best_bleu:.2f} (checkpoint in {model_files.best_dir(model_dir)})")
     print("sample translations (dev):")
     for source, reference, translation in result.samples:
         source, reference = " ".join(source.split()), " ".join(reference.split())  # catalog strings hold newlines
@@ -339,8 +339,8 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
 
-    if os.path.exists(os.path.join(model_dir, WordpieceTokenizer.PIECES_FILE)):
-        tokenizer = WordpieceTokenizer.load(model_dir)
+    if model_files.has_wordpieces(model_dir):
+        tokenizer = model_files.read_tokenizer(model_dir)
         print(f"using the vocabulary in {model_dir}: {tokenizer.vocab_size:,} wordpieces")
         return tokenizer
     if resuming:

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start_tensorflow(args.verbose)
     from gnmt_tf.config import ConfigError
-    from gnmt_tf.model_dir import ModelDirError
+    from gnmt_tf.model_files import ModelDirError
 
     if args.plot_attention and os.path.exists(args.plot_attention) and not os.path.isdir(args.plot_attention):
         print(f"error: --plot-attention {args.plot_attention} exists and is not a directory", file=sys.stderr)

@@ -16,7 +16,7 @@ wordpieces:
   frequency in the training targets, of which the ``frequent`` most common are always
   allowed;
 * **stored** in the model directory (:func:`save` / :func:`load`, one ``.npz`` file
-  named by :mod:`gnmt_tf.model_dir`), with ``top_k`` and ``frequent``;
+  named by :mod:`gnmt_tf.model_files`), with ``top_k`` and ``frequent``;
 * **applied** in the graph (:class:`ShortlistTables`, a ``tf.Module`` the exported
   translator holds): a batch may produce ``unique(table[source ids] ∪ frequent ∪ EOS)``;
   the decoder then computes logits for those ids only, from their softmax weights read once

@@ -14,8 +14,8 @@ characters are mapped to an unknown symbol. Segmentation is deterministic.
 
 This module stores the vocabulary in exactly that "paper form": a list of pieces whose index is
 the id; ``pieces[0:4]`` are the special tokens of :mod:`gnmt_tf.vocab`; a word-initial piece starts
-with "▁" (U+2581), e.g. "▁the"; a continuation piece has no mark, e.g. "ing". It is saved as
-``wordpieces.txt``, one piece per line.
+with "▁" (U+2581), e.g. "▁the"; a continuation piece has no mark, e.g. "ing". It is saved as a text
+file, one piece per line.
 
 Learning (:meth:`WordpieceTokenizer.learn`): the alphabet is the ``max_characters`` most frequent
 characters; every alphabet character ``c`` gets both "▁c" and "c", so that every word made of
@@ -97,14 +97,12 @@ from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 __all__ = [
     "WordpieceTokenizer",
-    "VOCAB_FILENAME",
     "WORD_MARK",
     "UNKNOWN_TEXT",
     "WHITESPACE",
     "DEFAULT_MAX_BYTES_PER_WORD",
 ]
 
-VOCAB_FILENAME = "wordpieces.txt"
 
 # The paper's begin-of-word mark (section 4.1), also sentencepiece's.
 WORD_MARK = "\u2581"  # ▁
@@ -240,9 +238,6 @@ class WordpieceTokenizer(tf.Module):
     Build one with :meth:`learn` or :meth:`load`. ``tokenize`` and ``detokenize`` only use graph ops,
     so they work eagerly, inside ``tf.function``, in ``tf.data`` ``map`` and in exported graphs.
     """
-
-    # The file that save() writes and load() reads, inside the given directory.
-    PIECES_FILE = VOCAB_FILENAME
 
     def __init__(
         self,
@@ -547,10 +542,11 @@ class WordpieceTokenizer(tf.Module):
 
     # ------------------------------------------------------------------ files
 
-    def save(self, directory: str) -> str:
-        """Writes ``directory/wordpieces.txt`` atomically (one piece per line); returns its path."""
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, VOCAB_FILENAME)
+    def save(self, path: str) -> str:
+        """Writes the vocabulary to the file ``path`` atomically (one piece per line); returns ``path``.
+
+        A model directory keeps it as ``wordpieces.txt`` (:mod:`gnmt_tf.model_files`)."""
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         # "\n".join, read back with split("\n"): pieces may contain characters such as U+001C that
         # str.splitlines() would treat as line breaks.
@@ -560,14 +556,11 @@ class WordpieceTokenizer(tf.Module):
         return path
 
     @classmethod
-    def load(
-        cls, directory: str, max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD
-    ) -> "WordpieceTokenizer":
-        """Reads ``directory/wordpieces.txt`` (written by :meth:`save`) and validates it."""
-        path = os.path.join(directory, VOCAB_FILENAME)
+    def load(cls, path: str, max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD) -> "WordpieceTokenizer":
+        """Reads the vocabulary file ``path`` (written by :meth:`save`) and validates it."""
         if not os.path.isfile(path):
             raise FileNotFoundError(
-                f"no wordpiece vocabulary in {directory!r}: expected the file {path!r} "
+                f"no wordpiece vocabulary: the file {path!r} does not exist "
                 "(written by WordpieceTokenizer.save or learn(...).save)"
             )
         with open(path, "rb") as handle:

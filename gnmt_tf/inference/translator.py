@@ -501,7 +501,7 @@ class Translator:
         precompute_target_inputs: gather the bottom decoder layer's input projection from a
             table computed now (see :class:`TranslatorModule`); only for a model whose weights
             will not change while this translator is used.
-        shortlist: the model's vocabulary shortlist (:func:`gnmt_tf.model_dir.read_shortlist`),
+        shortlist: the model's vocabulary shortlist (:func:`gnmt_tf.model_files.read_shortlist`),
             used when ``decoding.use_shortlist`` or a call's ``use_shortlist`` says so.
 
     Attributes:

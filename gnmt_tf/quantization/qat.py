@@ -46,7 +46,7 @@ quantizer with its variables. Those variables (tfmot's per-output-unit
 separate holder layer, :class:`QuantizerVariables`, never on the model: the
 model's weights, ``get_weights()`` order and checkpoints are exactly those of
 a plain GNMT, so a QAT run's model directory loads with
-:func:`gnmt_tf.model_dir.load_model_dir` like any other.
+:func:`gnmt_tf.model_files.load_model_dir` like any other.
 
 Two details:
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.parallel import distribute
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
@@ -141,28 +141,28 @@ class Trainer:
             self.weight_transforms.append((self.model, QuantizationAwareTraining(self.model)))
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
-            checkpoint, layout.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
+            checkpoint, model_files.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
         )
         # A non-chief worker of a synchronous cluster takes part in every save, into a
         # directory of its own that it deletes; only the chief's checkpoint is kept.
         self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
-            checkpoint, layout.worker_checkpoint_dir(model_dir, self.strategy.cluster_resolver.task_id)
+            checkpoint, model_files.worker_checkpoint_dir(model_dir, self.strategy.cluster_resolver.task_id)
         )
         # Distributed, the chief evaluates a one-device copy of the weights: model.evaluate would
         # need every worker (collectives, or the parameter-server coordinator).
         self.dev_model = self.model
         best_checkpoint = checkpoint
         if self.distributed and self.is_chief:
-            self.dev_model = layout.build_model(config)
+            self.dev_model = model_files.build_model(config)
             if config.training.quantization_aware:
                 from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
                 self.weight_transforms.append((self.dev_model, QuantizationAwareTraining(self.dev_model)))
             best_checkpoint = tf.train.Checkpoint(model=self.dev_model)
         self._dev_loss = None
-        self.best_manager = tf.train.CheckpointManager(best_checkpoint, layout.best_dir(model_dir), max_to_keep=1)
+        self.best_manager = tf.train.CheckpointManager(best_checkpoint, model_files.best_dir(model_dir), max_to_keep=1)
         self.dev_writer = (
-            tf.summary.create_file_writer(layout.dev_log_dir(model_dir)) if self.is_chief else None
+            tf.summary.create_file_writer(model_files.dev_log_dir(model_dir)) if self.is_chief else None
         )
         self.translator = Translator(self.dev_model, tokenizer, config.decoding) if self.is_chief else None
         self.control: Optional[RunControl] = None
@@ -187,9 +187,9 @@ class Trainer:
         elif init_checkpoint:
             # Through a plain model: restoring into the compiled one would also restore the
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
-            self.model.set_weights(layout.build_model(self.config, init_checkpoint).get_weights())
+            self.model.set_weights(model_files.build_model(self.config, init_checkpoint).get_weights())
             self.log(f"starting from the weights of {init_checkpoint}")
-        best = layout.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
+        best = model_files.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
         # The dev BLEU to beat: a resumed run keeps comparing against its old best.
         self.dev_record = BestScore(best.score if best is not None else None)
 
@@ -208,7 +208,7 @@ class Trainer:
         if model is not self.model:
             model.set_weights(self.model.get_weights())
         # Evaluated at the delta of this step, which is the delta this checkpoint is saved
-        # with and will be decoded at (gnmt_tf.model_dir), so "best" means best as used.
+        # with and will be decoded at (gnmt_tf.model_files), so "best" means best as used.
         dev_data = make_dataset(
             self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
             bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
@@ -226,17 +226,17 @@ class Trainer:
             tf.summary.scalar("perplexity", perplexity)
             tf.summary.scalar("loss", results["loss"])
             tf.summary.scalar("bleu", bleu.score)
-            tf.summary.scalar("delta", layout.model_delta(model))
+            tf.summary.scalar("delta", model_files.model_delta(model))
         self.dev_writer.flush()
         self.last_bleu, self.last_perplexity = bleu, perplexity
         self._evaluated_step = step
         improved = self.dev_record.add(bleu.score)
         if improved:
             self.best_manager.save(checkpoint_number=step)
-            layout.write_best_bleu(self.model_dir, layout.BestBleu(bleu.score, step, bleu.signature))
+            model_files.write_best_bleu(self.model_dir, model_files.BestBleu(bleu.score, step, bleu.signature))
         self.log(
             f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f} "
-            f"at delta {layout.model_delta(model):.3g}"
+            f"at delta {model_files.model_delta(model):.3g}"
             + (" (best so far)" if improved else f" (best {self.best_bleu:.2f})")
         )
         return perplexity, bleu
@@ -292,7 +292,7 @@ class Trainer:
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
                 TrainingSummaries(
-                    layout.train_log_dir(self.model_dir), t.log_every,
+                    model_files.train_log_dir(self.model_dir), t.log_every,
                     replicas=self.strategy.num_replicas_in_sync,
                 ),
                 # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
@@ -315,7 +315,7 @@ class Trainer:
         self.log(
             f"training from step {self.step} to at most {max_steps}"
             + (f" or {max_minutes:g} minutes" if max_minutes else "")
-            + f"; checkpoints every {t.checkpoint_every} steps in {layout.checkpoint_dir(self.model_dir)}"
+            + f"; checkpoints every {t.checkpoint_every} steps in {model_files.checkpoint_dir(self.model_dir)}"
         )
         self.control.install_signal_handlers()
         try:
@@ -331,7 +331,7 @@ class Trainer:
                 f"lost contact with another task of the cluster ({type(err).__name__}: "
                 f"{distribute.failure_reason(err)}). Restart every task with the same command "
                 f"and TF_CONFIG: training resumes from the last checkpoint in "
-                f"{layout.checkpoint_dir(self.model_dir)}"
+                f"{model_files.checkpoint_dir(self.model_dir)}"
             ) from None
         finally:
             self.control.restore_signal_handlers()
@@ -384,6 +384,6 @@ class Trainer:
             samples.append((source, reference, translation))
         return TrainResult(
             step=self.step, stop_reason=reason, dev_bleu=self.last_bleu, dev_perplexity=self.last_perplexity,
-            best_bleu=self.best_bleu, delta=layout.model_delta(self.model), samples=samples,
+            best_bleu=self.best_bleu, delta=model_files.model_delta(self.model), samples=samples,
         )
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from helpers import run_each_in_process
 
 from gnmt_tf.decoding.options import no_pruning
-from gnmt_tf.model_dir import load_model_dir
+from gnmt_tf.model_files import load_model_dir
 
 SENTENCES = ["three one four", "", "nine", "two five eight nine", "seven six"]
 
@@ -127,7 +127,7 @@ def test_usage_errors_end_before_any_work(args, message, trained_number_model, t
         raise AssertionError("a usage error must end before the model is loaded")
 
     model_dir, _ = trained_number_model
-    monkeypatch.setattr("gnmt_tf.model_dir.load_model_dir", no_loading)
+    monkeypatch.setattr("gnmt_tf.model_files.load_model_dir", no_loading)
     output = tmp_path / "gnmt"
     assert main(["--model-dir", model_dir, "--output", str(output), *args]) == 2
     captured = capsys.readouterr()

@@ -7,7 +7,7 @@ import sys
 import pytest
 from helpers import run_in_process
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.inference.translator import Translator
 
 # (as typed, as the message writes it)
@@ -52,7 +52,7 @@ def test_good_options_after_refused_ones_translate_and_beamsize_0_is_greedy(trai
     hypothesis: one live hypothesis, extended by its most probable token, which is greedy search."""
     model_dir, _ = trained_number_model
     sentences = ["three one four", "nine nine", "zero five two eight six"]
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     greedy = Translator(model, tokenizer, config.decoding).greedy(sentences)
     translate = ["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--alpha", "0", "--beta", "0"]
     refused = run_in_process([sys.executable, *translate, "--beamsize", "-5"], "\n".join(sentences) + "\n")

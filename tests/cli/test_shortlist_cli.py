@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import number_word_pairs, run_each_in_process, run_in_process, write_number_training_tsv
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.vocab import EOS_ID
 
 COMMAND = [sys.executable, "-m", "gnmt_tf.shortlist"]
@@ -24,7 +24,7 @@ def untrained_model_dir(tmp_path_factory):
 
     directory = tmp_path_factory.mktemp("shortlist_cli")
     _, model_dir, _, dev_pairs, _ = tiny_number_setup(directory, steps=10)
-    layout.write_dev_split(model_dir, dev_pairs)
+    model_files.write_dev_split(model_dir, dev_pairs)
     return model_dir, write_number_training_tsv(directory / "train.tsv")
 
 
@@ -39,7 +39,7 @@ def test_usage_errors(untrained_model_dir, tmp_path):
     assert bad_n.returncode == 2 and "--frequent must be 0 or more, got -1" in bad_n.stderr
     assert not_found.returncode == 2 and "model directory not found" in not_found.stderr
     assert not_a_model.returncode == 2 and "is not a gnmt_tf model directory" in not_a_model.stderr
-    assert not layout.has_shortlist(model_dir)  # nothing written by a refused run
+    assert not model_files.has_shortlist(model_dir)  # nothing written by a refused run
 
 
 def test_writes_the_shortlist_and_reports_its_coverage(untrained_model_dir):
@@ -47,13 +47,13 @@ def test_writes_the_shortlist_and_reports_its_coverage(untrained_model_dir):
     result = run_in_process(COMMAND + ["--model-dir", model_dir, "--train", train_tsv, "--top-k", "2",
                                        "--frequent", "1"])
     assert result.returncode == 0, result.stderr[-2000:]
-    config, tokenizer = layout.load_metadata(model_dir)
-    shortlist = layout.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
+    config, tokenizer = model_files.load_metadata(model_dir)
+    shortlist = model_files.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
     assert (shortlist.top_k, shortlist.frequent) == (2, 1)
     assert shortlist.table.shape == (tokenizer.vocab_size, 2)
 
     # The pairs of the dev split are left out of the training data, as train does.
-    dev_pairs = layout.read_dev_split(model_dir)
+    dev_pairs = model_files.read_dev_split(model_dir)
     training = number_word_pairs(2000, seed=1, min_len=1)
     held_out = sum(pair in set(dev_pairs) for pair in training)
     assert held_out > 0 and f"left out {held_out:,} pairs of the dev split" in result.stdout

@@ -13,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from helpers import ROOT, number_word_pairs, run_in_process
 from test_training import _final_state
 
@@ -48,10 +48,10 @@ def _write_tsv(path, pairs):
 
 
 def _dev_loss(model_dir):
-    model, tokenizer, config = layout.load_model_dir(model_dir, which="latest")
+    model, tokenizer, config = model_files.load_model_dir(model_dir, which="latest")
     from gnmt_tf.data import make_dataset
 
-    pairs = layout.read_dev_split(model_dir)
+    pairs = model_files.read_dev_split(model_dir)
     data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
                         shuffle_buffer=1, seed=0, training=False)
     from gnmt_tf.models.losses import SequenceCrossEntropy
@@ -73,7 +73,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            latest = tf.train.latest_checkpoint(layout.checkpoint_dir(killed)) if os.path.isdir(killed) else None
+            latest = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)) if os.path.isdir(killed) else None
             if latest and int(latest.rsplit("-", 1)[1]) >= 20:
                 break
             time.sleep(0.2)
@@ -118,8 +118,8 @@ def test_sigint_finishes_the_run_normally(tmp_path):
     def interrupt_after_a_checkpoint():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not finished.is_set():
-            if os.path.isdir(layout.checkpoint_dir(model_dir)) and tf.train.latest_checkpoint(
-                layout.checkpoint_dir(model_dir)
+            if os.path.isdir(model_files.checkpoint_dir(model_dir)) and tf.train.latest_checkpoint(
+                model_files.checkpoint_dir(model_dir)
             ):
                 break
             time.sleep(0.2)
@@ -143,7 +143,7 @@ def test_sigint_finishes_the_run_normally(tmp_path):
     stdout = result.stdout
     assert "signal SIGINT" in stdout and "BLEU" in stdout and "sample translations" in stdout
     step = int(stdout.split("stopped at step ")[1].split(":")[0])
-    assert tf.train.latest_checkpoint(layout.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
+    assert tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
 
 
 def test_cli_default_data_smoke_run(tmp_path):

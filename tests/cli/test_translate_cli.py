@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from helpers import run_each_in_process
 
-from gnmt_tf import model_dir as layout
-from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf import model_files
 
 SWAPPED = ("\u2581un", "\u2581six")
 LONG_LINES = ["one two three four", "nine", "seven six five four three", ""]
@@ -26,7 +25,7 @@ def write_swapped_latest(model_dir):
     """Save, as the newest checkpoint of ``model_dir``, its model with the target ids of SWAPPED exchanged."""
     import tensorflow as tf
 
-    model, tokenizer, _ = layout.load_model_dir(model_dir, which="latest")
+    model, tokenizer, _ = model_files.load_model_dir(model_dir, which="latest")
     a, b = (tokenizer.pieces.index(piece) for piece in SWAPPED)
     order = np.arange(tokenizer.vocab_size)
     order[[a, b]] = order[[b, a]]
@@ -35,7 +34,7 @@ def write_swapped_latest(model_dir):
     embeddings.assign(tf.gather(embeddings, order, axis=0))
     softmax.kernel.assign(tf.gather(softmax.kernel, order, axis=1))
     softmax.bias.assign(tf.gather(softmax.bias, order))
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), layout.checkpoint_dir(model_dir),
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), model_files.checkpoint_dir(model_dir),
                                          max_to_keep=5)
     manager.save(checkpoint_number=2000)
 
@@ -73,7 +72,7 @@ def runs(two_checkpoints):
     ``best`` also translates the texts --max-input-length 3 keeps of LONG_LINES, as the reference
     for ``default``, which runs with --max-input-length 3 on SENTENCES and LONG_LINES.
     """
-    tokenizer = WordpieceTokenizer.load(two_checkpoints)
+    tokenizer = model_files.read_tokenizer(two_checkpoints)
     assert all(len(truncated_text(tokenizer, s, 3).split()) == len(s.split()) for s in SENTENCES)
     kept = [truncated_text(tokenizer, line, 3) for line in LONG_LINES]
     translate = [sys.executable, "-m", "gnmt_tf.translate", "--model-dir", two_checkpoints]

@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.data import shortlist as shortlists
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -140,18 +140,18 @@ def test_the_file_round_trips_and_bad_files_are_refused(corpus, tmp_path):
     shortlist = shortlists.learn_shortlist(sources, targets, tokenizer.vocab_size, top_k=4, frequent=3,
                                            iterations=2)
     model_dir = str(tmp_path)
-    assert layout.read_shortlist(model_dir) is None and not layout.has_shortlist(model_dir)
-    path = layout.write_shortlist(model_dir, shortlist)
-    assert path == str(tmp_path / layout.SHORTLIST_FILE) and sorted(p.name for p in tmp_path.iterdir()) == [
-        layout.SHORTLIST_FILE]  # no temporary file left
-    loaded = layout.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
+    assert model_files.read_shortlist(model_dir) is None and not model_files.has_shortlist(model_dir)
+    path = model_files.write_shortlist(model_dir, shortlist)
+    assert path == str(tmp_path / model_files.SHORTLIST_FILE) and sorted(p.name for p in tmp_path.iterdir()) == [
+        model_files.SHORTLIST_FILE]  # no temporary file left
+    loaded = model_files.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
     for field in ("table", "probabilities", "ranking"):
         np.testing.assert_array_equal(getattr(loaded, field), getattr(shortlist, field))
     assert (loaded.top_k, loaded.frequent) == (4, 3)
-    with pytest.raises(layout.ModelDirError, match="built for a vocabulary of .* pieces, the model has 9"):
-        layout.read_shortlist(model_dir, vocab_size=9)
-    (tmp_path / layout.SHORTLIST_FILE).write_bytes(b"not a shortlist")
-    with pytest.raises(layout.ModelDirError, match="not a readable shortlist"):
-        layout.read_shortlist(model_dir)
+    with pytest.raises(model_files.ModelDirError, match="built for a vocabulary of .* pieces, the model has 9"):
+        model_files.read_shortlist(model_dir, vocab_size=9)
+    (tmp_path / model_files.SHORTLIST_FILE).write_bytes(b"not a shortlist")
+    with pytest.raises(model_files.ModelDirError, match="not a readable shortlist"):
+        model_files.read_shortlist(model_dir)
     with pytest.raises(ValueError, match="top_k must be at least 1"):
         shortlists.learn_shortlist(sources, targets, tokenizer.vocab_size, top_k=0, frequent=3, iterations=2)

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from gnmt_tf.data.tokenizer import (
     UNKNOWN_TEXT,
-    VOCAB_FILENAME,
     WHITESPACE,
     WORD_MARK,
     WordpieceTokenizer,
@@ -336,33 +335,33 @@ def test_save_load_round_trip(tok, tmp_path):
     strings = CORPUS[:5] + ["a\x1cb c\x1d\x1ed"]
     tokenizer = WordpieceTokenizer.learn(strings, vocab_size=300, max_characters=500)
     assert "\x1c" in tokenizer.alphabet
-    path = tokenizer.save(str(tmp_path / "vocab"))
-    assert os.path.basename(path) == VOCAB_FILENAME == WordpieceTokenizer.PIECES_FILE
-    assert os.listdir(tmp_path / "vocab") == [VOCAB_FILENAME]  # no temporary file left
+    path = tokenizer.save(str(tmp_path / "vocab" / "pieces.txt"))
+    assert path == str(tmp_path / "vocab" / "pieces.txt")
+    assert os.listdir(tmp_path / "vocab") == ["pieces.txt"]  # no temporary file left
     with open(path, "rb") as handle:
         assert handle.read().decode("utf-8").split("\n") == tokenizer.pieces
-    loaded = WordpieceTokenizer.load(str(tmp_path / "vocab"))
+    loaded = WordpieceTokenizer.load(path)
     assert loaded.pieces == tokenizer.pieces and loaded.alphabet == tokenizer.alphabet
     assert loaded.tokenize(strings).to_list() == tokenizer.tokenize(strings).to_list()
     assert round_trip(loaded, strings) == [tokenizer.normalize(s) for s in strings]
 
 
 def test_load_errors_are_clear(tmp_path):
-    with pytest.raises(FileNotFoundError, match=VOCAB_FILENAME):
-        WordpieceTokenizer.load(str(tmp_path))
-    path = tmp_path / VOCAB_FILENAME
+    path = tmp_path / "wordpieces.txt"
+    with pytest.raises(FileNotFoundError, match="wordpieces.txt"):
+        WordpieceTokenizer.load(str(path))
     path.write_text("<s>\n<pad>\n</s>\n<unk>\n▁a\na", encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(str(path)) + ".*special tokens"):
-        WordpieceTokenizer.load(str(tmp_path))
+        WordpieceTokenizer.load(str(path))
     path.write_text("<pad>\n<s>\n</s>\n<unk>\n▁a\na\n▁ab", encoding="utf-8")  # "b" has no pieces
     with pytest.raises(ValueError, match="'b'"):
-        WordpieceTokenizer.load(str(tmp_path))
+        WordpieceTokenizer.load(str(path))
     path.write_text("<pad>\n<s>\n</s>\n<unk>\n▁a\na\na", encoding="utf-8")
     with pytest.raises(ValueError, match="twice"):
-        WordpieceTokenizer.load(str(tmp_path))
+        WordpieceTokenizer.load(str(path))
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError, match="UTF-8"):
-        WordpieceTokenizer.load(str(tmp_path))
+        WordpieceTokenizer.load(str(path))
 
 
 # ---------------------------------------------------------------------------- graph usage

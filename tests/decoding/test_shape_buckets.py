@@ -132,7 +132,7 @@ def test_a_padded_memory_attends_as_before():
 
 def test_translator_with_buckets_gives_the_same_nbest_lists(trained_number_model):
     from gnmt_tf.inference.translator import TranslatorModule
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_files import load_model_dir
 
     model_dir, _ = trained_number_model
     model, tokenizer, config = load_model_dir(model_dir)
@@ -154,7 +154,7 @@ def test_translator_with_buckets_gives_the_same_nbest_lists(trained_number_model
 
 def test_a_shortlisted_search_runs_unpadded_and_the_whole_softmax_at_buckets(trained_number_model, monkeypatch):
     from gnmt_tf.inference.translator import TranslatorModule
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_files import load_model_dir
     from helpers import shortlist_excluding
 
     model_dir, _ = trained_number_model

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import GNMT
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.decoding import BeamSearch, GreedySearch, decode
 from gnmt_tf.decoding.search import map_rows
 from gnmt_tf.inference.translator import Translator
@@ -136,8 +136,8 @@ def test_precomputed_input_projection_under_int8_weights(products):
 
 def test_translator_with_the_table_translates_the_fixture_identically(trained_number_model):
     model_dir, _ = trained_number_model
-    model, tokenizer, config = layout.load_model_dir(model_dir)
-    sentences = [source for source, _ in layout.read_dev_split(model_dir)[:40]]
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
+    sentences = [source for source, _ in model_files.read_dev_split(model_dir)[:40]]
     plain = Translator(model, tokenizer, config.decoding).translate_nbest(sentences, n_best=2)
     gathered = Translator(model, tokenizer, config.decoding, precompute_target_inputs=True).translate_nbest(
         sentences, n_best=2)

@@ -55,7 +55,7 @@ def test_bucket_warmup_stops_at_the_longest_source_kept():
 
 def test_the_translators_source_lengths_land_in_every_bucket(trained_number_model):
     from gnmt_tf.inference.translator import TranslatorModule
-    from gnmt_tf.model_dir import load_model_dir
+    from gnmt_tf.model_files import load_model_dir
 
     model_dir, _ = trained_number_model
     model, tokenizer, config = load_model_dir(model_dir)

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes, export
 from gnmt_tf.metrics.bleu import corpus_bleu
-from gnmt_tf.model_dir import load_model_dir
+from gnmt_tf.model_files import load_model_dir
 from gnmt_tf.inference.translator import Translator
 
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from export.exporters import ExportRequest, export
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from helpers import run_in_process, shortlist_excluding
 
 SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "one one", "eight six"]
@@ -23,8 +23,8 @@ def model_without_un(trained_number_model, tmp_path_factory):
     model_dir, _ = trained_number_model
     copy = str(tmp_path_factory.mktemp("shortlisted") / "model")
     shutil.copytree(model_dir, copy)
-    _, tokenizer = layout.load_metadata(copy)
-    layout.write_shortlist(copy, shortlist_excluding(tokenizer.vocab_size, [tokenizer.pieces.index(UN)]))
+    _, tokenizer = model_files.load_metadata(copy)
+    model_files.write_shortlist(copy, shortlist_excluding(tokenizer.vocab_size, [tokenizer.pieces.index(UN)]))
     return copy
 
 

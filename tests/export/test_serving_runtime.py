@@ -137,10 +137,10 @@ def test_an_environment_is_in_place_only_once_complete(tmp_path):
 @pytest.fixture(scope="module")
 def calls(trained_number_model):
     """Every signature of the exports on dev sentences (and an empty one): what TF Serving users call."""
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
 
     model_dir, _ = trained_number_model
-    sentences = [source for source, _ in layout.read_dev_split(model_dir)[:DEV_SENTENCES]] + ["", "three one four"]
+    sentences = [source for source, _ in model_files.read_dev_split(model_dir)[:DEV_SENTENCES]] + ["", "three one four"]
     return [{"signature": "serving_default", "inputs": {"sentences": sentences}},
             {"signature": "translate_with_options", "inputs": {"sentences": sentences, **OPTIONS}},
             {"signature": "translate_nbest", "inputs": {"sentences": sentences, **OPTIONS}}]

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.cli import score as score_cli
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
@@ -17,7 +17,7 @@ SOURCES = ["three one four", "nine nine", "zero five two eight six"]
 @pytest.fixture(scope="module")
 def translator(trained_number_model):
     model_dir, _ = trained_number_model
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     return Translator(model, tokenizer, config.decoding)
 
 

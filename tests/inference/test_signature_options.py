@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from serving_helpers import savedmodel_signatures
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.config import DecodingConfig
 from gnmt_tf.inference.translator import TranslatorModule, Translator
 
@@ -66,7 +66,7 @@ def test_the_default_signature_has_no_options_and_translates(signatures):
 @pytest.fixture(scope="module")
 def translator(trained_number_model):
     model_dir, _ = trained_number_model
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     return Translator(model, tokenizer, config.decoding)
 
 

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
 from helpers import run_each_in_process, shortlist_excluding
@@ -16,7 +16,7 @@ from helpers import run_each_in_process, shortlist_excluding
 @pytest.fixture(scope="module")
 def translator(trained_number_model):
     model_dir, _ = trained_number_model
-    model, tokenizer, config = layout.load_model_dir(model_dir)
+    model, tokenizer, config = model_files.load_model_dir(model_dir)
     return Translator(model, tokenizer, config.decoding, max_input_length=12)
 
 

@@ -74,7 +74,7 @@ DRIVER = textwrap.dedent(
     from gnmt_tf.parallel import distribute
     distribute.split_cpu(2)  # before anything initializes TensorFlow
     import tf_keras as keras
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.config import load_config
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
     from gnmt_tf.training.trainer import Trainer
@@ -100,7 +100,7 @@ DRIVER = textwrap.dedent(
     def run(name, strategy, weights):
         keras.utils.set_random_seed(1)
         model_dir = os.path.join(out, name)
-        layout.save_metadata(model_dir, config, tokenizer)
+        model_files.save_metadata(model_dir, config, tokenizer)
         trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
                           verbose=0, strategy=strategy)
         if weights is not None:
@@ -398,7 +398,7 @@ def test_multi_worker_trains_agrees_and_survives_a_killed_worker(tmp_path, child
 def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, children):
     import tensorflow as tf
 
-    from gnmt_tf import model_dir as layout
+    from gnmt_tf import model_files
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.inference.translator import Translator
 
@@ -425,7 +425,7 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
         server.kill()
 
     # The chief's checkpoint (variables from the ps) restores into a plain one-process model.
-    config, tokenizer = layout.load_metadata(str(model_dir))
+    config, tokenizer = model_files.load_metadata(str(model_dir))
     path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
     assert path.endswith("ckpt-8")
     assert tf.train.load_variable(path, "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 8
@@ -440,5 +440,5 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     translation = Translator(model, tokenizer).greedy(["one two three"])[0]
     assert isinstance(translation, str)
     # The best checkpoint (written from the chief's one-device copy) loads the same way.
-    best, _, _ = layout.load_model_dir(str(model_dir), which="best")
+    best, _, _ = model_files.load_model_dir(str(model_dir), which="best")
     assert Translator(best, tokenizer).greedy(["one two three"])[0] == translation

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.quantization import qat
 from gnmt_tf.quantization import int8 as quantization
 from gnmt_tf.quantization.weights import FakeQuantizedWeights
@@ -269,7 +269,7 @@ def refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("qat")
     init_dir = str(work / "init")
     shutil.copytree(model_dir, init_dir)  # the session fixture is shared: never write into it
-    shutil.copy(os.path.join(init_dir, "test.tsv"), layout.dev_split_path(init_dir))
+    shutil.copy(os.path.join(init_dir, "test.tsv"), model_files.dev_split_path(init_dir))
     train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
     code = _train_main(
@@ -283,19 +283,19 @@ def refined_number_model(trained_number_model, tmp_path_factory):
 def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
     init_dir, out_dir, code = refined_number_model
     assert code == 0
-    model, tokenizer, config = layout.load_model_dir(out_dir)  # a plain GNMT restores it
-    init_config, init_tokenizer = layout.load_metadata(init_dir)
+    model, tokenizer, config = model_files.load_model_dir(out_dir)  # a plain GNMT restores it
+    init_config, init_tokenizer = model_files.load_metadata(init_dir)
     assert config.model == init_config.model
     assert tokenizer.vocab_size == init_tokenizer.vocab_size
     t = config.training
     assert t.quantization_aware and t.adam_steps == 0 and t.max_steps == 30
     assert t.delta_start == config.model.clip_delta == float(model.clip_delta.numpy()) and t.delta_anneal_steps == 0
-    with open(layout.dev_split_path(init_dir), encoding="utf-8") as a, open(
-        layout.dev_split_path(out_dir), encoding="utf-8"
+    with open(model_files.dev_split_path(init_dir), encoding="utf-8") as a, open(
+        model_files.dev_split_path(out_dir), encoding="utf-8"
     ) as b:
         assert a.read() == b.read()  # the model's own dev split
-    assert tf.train.latest_checkpoint(layout.checkpoint_dir(out_dir)).endswith("ckpt-30")
-    assert layout.read_best_bleu(out_dir) is not None
+    assert tf.train.latest_checkpoint(model_files.checkpoint_dir(out_dir)).endswith("ckpt-30")
+    assert model_files.read_best_bleu(out_dir) is not None
     from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).greedy(["one two three"]) == ["un deux trois"]
@@ -322,7 +322,7 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
 
 
 def _float_and_int8_loss(model_dir, pairs):
-    model, tokenizer, _ = layout.load_model_dir(model_dir, which="latest")
+    model, tokenizer, _ = model_files.load_model_dir(model_dir, which="latest")
     data = make_dataset(pairs, tokenizer.tokenize, batch_size=len(pairs), max_length=50, bucket_width=50,
                         shuffle_buffer=1, seed=0, training=False)
     model.compile(loss=SequenceCrossEntropy())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.cli.average import average_checkpoints, main as average_main
 
 
@@ -42,7 +42,7 @@ def test_average_is_the_numpy_mean_of_the_checkpoints(model_copy):
 def test_averaged_model_loads_translates_and_exports(model_copy, tmp_path, capsys):
     assert average_main(["--model-dir", model_copy, "--last", "2"]) == 0
     assert "averaged 2 checkpoints" in capsys.readouterr().out
-    model, tokenizer, _ = layout.load_model_dir(model_copy, which="averaged")
+    model, tokenizer, _ = model_files.load_model_dir(model_copy, which="averaged")
     from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).translate(["one two three"]) == ["un deux trois"]
@@ -57,7 +57,7 @@ def test_averaged_model_loads_translates_and_exports(model_copy, tmp_path, capsy
                            "--output", str(output)]) == 0
     assert output.read_text(encoding="utf-8").splitlines() == ["un deux", "sept"]
     assert evaluate.main(["--model-dir", model_copy, "--checkpoint", "averaged",
-                          "--test", layout.dev_split_path(model_copy), "--json"]) == 0
+                          "--test", model_files.dev_split_path(model_copy), "--json"]) == 0
     assert '"bleu"' in capsys.readouterr().out
 
     from export.exporters import ExportRequest, export
@@ -72,5 +72,5 @@ def test_average_errors(model_copy, tmp_path, capsys):
     assert "fewer than --last 9" in capsys.readouterr().err
     assert average_main(["--model-dir", str(tmp_path / "nothing"), "--last", "2"]) == 2
     assert "not found" in capsys.readouterr().err
-    with pytest.raises(layout.ModelDirError, match="no averaged checkpoint"):
-        layout.load_model_dir(model_copy, which="averaged")
+    with pytest.raises(model_files.ModelDirError, match="no averaged checkpoint"):
+        model_files.load_model_dir(model_copy, which="averaged")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.config import RLConfig, load_config
 from gnmt_tf.data import read_tsv
 from gnmt_tf.metrics.gleu import sentence_gleu
@@ -218,7 +218,7 @@ def _train_main(*args):
 
 def _held_out_expected_gleu(model_dir, which, pairs, samples=20):
     """Mean sampled GLEU on held-out pairs (eq. 8's expected reward), with a fixed seed."""
-    model, tokenizer, config = layout.load_model_dir(model_dir, which=which)
+    model, tokenizer, config = model_files.load_model_dir(model_dir, which=which)
     model.set_clip_delta(config.model.clip_delta)
     pieces = tokenizer.tokenize([source for source, _ in pairs])
     source = tf.concat([pieces, tf.fill([pieces.nrows(), 1], EOS_ID)], axis=1).to_tensor()
@@ -240,13 +240,13 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("rl")
     init_dir = str(work / "init")
     os.makedirs(init_dir)
-    for name in (layout.CONFIG_FILE, "wordpieces.txt", layout.DEV_FILE, "test.tsv"):
+    for name in (model_files.CONFIG_FILE, "wordpieces.txt", model_files.DEV_FILE, "test.tsv"):
         shutil.copy(os.path.join(model_dir, name), init_dir)
-    model, _, _ = layout.load_model_dir(model_dir, which="latest")
+    model, _, _ = model_files.load_model_dir(model_dir, which="latest")
     softmax = model.decoder.softmax_projection
     softmax.kernel.assign(softmax.kernel * 0.4)
     softmax.bias.assign(softmax.bias * 0.4)
-    tf.train.Checkpoint(model=model).save(os.path.join(layout.checkpoint_dir(init_dir), "ckpt"))
+    tf.train.Checkpoint(model=model).save(os.path.join(model_files.checkpoint_dir(init_dir), "ckpt"))
     train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
     code = _train_main(
@@ -260,12 +260,12 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
 def test_cli_refine_rl_writes_a_normal_model_directory(rl_refined_number_model):
     init_dir, out_dir, code = rl_refined_number_model
     assert code == 0
-    model, tokenizer, config = layout.load_model_dir(out_dir)  # a plain GNMT restores it
-    init_config, _ = layout.load_metadata(init_dir)
+    model, tokenizer, config = model_files.load_model_dir(out_dir)  # a plain GNMT restores it
+    init_config, _ = model_files.load_metadata(init_dir)
     assert config.model == dataclasses.replace(init_config.model, dropout=0.0)
     t = config.training
     assert t.objective == "rl" and t.adam_steps == 0 and t.max_steps == 20 and config.rl.samples == 8
-    assert layout.find_checkpoint(out_dir, "best") and layout.find_checkpoint(out_dir, "latest").endswith("-20")
+    assert model_files.find_checkpoint(out_dir, "best") and model_files.find_checkpoint(out_dir, "latest").endswith("-20")
 
 
 def test_rl_refinement_raises_the_expected_gleu_on_held_out_data(rl_refined_number_model):

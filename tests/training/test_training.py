@@ -6,7 +6,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from gnmt_tf import model_dir as layout
+from gnmt_tf import model_files
 from gnmt_tf.config import load_config
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.training.callbacks import RunControl
@@ -35,7 +35,7 @@ def tiny_number_setup(tmp_path, steps, **overrides):
     values.update(overrides)
     config = load_config("tiny", overrides=values)
     model_dir = str(tmp_path / "model")
-    layout.save_metadata(model_dir, config, tokenizer)
+    model_files.save_metadata(model_dir, config, tokenizer)
     return config, model_dir, train_pairs, dev_pairs, tokenizer
 
 
@@ -45,7 +45,7 @@ def test_tiny_model_learns_a_synthetic_translation_task(trained_number_model):
     assert result.dev_bleu.score > 70, (result.dev_bleu, result.samples)
     assert result.dev_bleu.signature.startswith("nrefs:1")
     # The model directory is self-contained: it loads and translates by itself.
-    model, loaded_tokenizer, loaded_config = layout.load_model_dir(model_dir, which="latest")
+    model, loaded_tokenizer, loaded_config = model_files.load_model_dir(model_dir, which="latest")
     assert _final_state(model_dir)[1] == 1.0  # delta annealed to its end value (half way)
     from gnmt_tf.inference.translator import Translator
 
@@ -78,7 +78,7 @@ def test_nan_loss_stops_with_a_message_naming_step_and_checkpoint(tmp_path):
         trainer.train()
     message = str(err.value)
     assert "nan at step 1" in message and "last good checkpoint is (none yet)" in message
-    assert not tf.train.latest_checkpoint(layout.checkpoint_dir(model_dir))  # NaN weights never saved
+    assert not tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir))  # NaN weights never saved
 
 
 def test_run_control_limits():
@@ -113,7 +113,7 @@ def test_run_control_limits():
 
 def _final_state(model_dir):
     """Step, delta and optimizer phase of the latest checkpoint."""
-    config, tokenizer = layout.load_metadata(model_dir)
+    config, tokenizer = model_files.load_metadata(model_dir)
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
 
@@ -121,7 +121,7 @@ def _final_state(model_dir):
     model.build()
     optimizer = AdamThenSGD.from_config_section(config)
     optimizer.build(model.trainable_variables)
-    path = tf.train.latest_checkpoint(layout.checkpoint_dir(model_dir))
+    path = tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir))
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(path).assert_existing_objects_matched()
     return int(optimizer.iterations.numpy()), float(model.clip_delta.numpy()), bool(optimizer.in_adam_phase())
 
@@ -139,7 +139,7 @@ def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
 
     warnings = []
     for which in ("best", "latest"):
-        model, loaded_tokenizer, _ = layout.load_model_dir(model_dir, which=which, warn=warnings.append)
+        model, loaded_tokenizer, _ = model_files.load_model_dir(model_dir, which=which, warn=warnings.append)
         assert float(model.clip_delta.numpy()) == pytest.approx(trained_delta)
     assert len(warnings) == 2 and f"delta = {trained_delta:.3g}" in warnings[0] and "not the final 1" in warnings[0]
 
@@ -162,7 +162,7 @@ def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
 def test_a_run_that_finished_its_anneal_loads_at_delta_one_without_warning(trained_number_model):
     model_dir, result = trained_number_model
     warnings = []
-    model, _, _ = layout.load_model_dir(model_dir, warn=warnings.append)
+    model, _, _ = model_files.load_model_dir(model_dir, warn=warnings.append)
     assert float(model.clip_delta.numpy()) == 1.0 and result.delta == 1.0
     assert warnings == []
 

@@ -34,17 +34,19 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
-
-import tensorflow as tf
+from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from gnmt_tf.config import GNMTConfig, load_config
-from gnmt_tf.data import DataError, Pair, read_tsv
-from gnmt_tf.data import shortlist as shortlists
-from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf.data.readers import DataError, Pair, read_tsv
+
+if TYPE_CHECKING:  # TensorFlow is imported where a model, a tokenizer or a checkpoint is read, so that
+    # command lines can name this module's files and choices without starting it
+    from gnmt_tf.data.shortlist import Shortlist
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.models.gnmt import GNMT
 
 CONFIG_FILE = "config.yaml"
+WORDPIECES_FILE = "wordpieces.txt"
 DEV_FILE = "dev.tsv"
 SHORTLIST_FILE = "shortlist.npz"
 CHECKPOINT_DIR = "checkpoints"
@@ -55,6 +57,7 @@ AVERAGED_SOURCES_FILE = "sources.txt"  # in averaged/
 CHECKPOINT_CHOICES = ("best", "latest", "averaged")
 LOG_DIR = "logs"
 TRAIN_LOGS, DEV_LOGS = "train", "dev"  # in logs/
+TRAINING_CURVES_FILE = "training_curves.png"
 
 
 class ModelDirError(ValueError):
@@ -78,6 +81,14 @@ def worker_checkpoint_dir(model_dir: str, task_id: int) -> str:
     return os.path.join(checkpoint_dir(model_dir), f"workertemp_{task_id}")
 
 
+def log_dir(model_dir: str) -> str:
+    return os.path.join(model_dir, LOG_DIR)
+
+
+def training_curves_path(model_dir: str) -> str:
+    return os.path.join(model_dir, TRAINING_CURVES_FILE)
+
+
 def train_log_dir(model_dir: str) -> str:
     return os.path.join(model_dir, LOG_DIR, TRAIN_LOGS)
 
@@ -90,10 +101,25 @@ def has_config(model_dir: str) -> bool:
     return os.path.exists(os.path.join(model_dir, CONFIG_FILE))
 
 
-def save_metadata(model_dir: str, config: GNMTConfig, tokenizer: WordpieceTokenizer) -> None:
+def wordpieces_path(model_dir: str) -> str:
+    return os.path.join(model_dir, WORDPIECES_FILE)
+
+
+def has_wordpieces(model_dir: str) -> bool:
+    return os.path.exists(wordpieces_path(model_dir))
+
+
+def read_tokenizer(model_dir: str) -> "WordpieceTokenizer":
+    """The model's shared wordpiece vocabulary (wordpieces.txt)."""
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+
+    return WordpieceTokenizer.load(wordpieces_path(model_dir))
+
+
+def save_metadata(model_dir: str, config: GNMTConfig, tokenizer: "WordpieceTokenizer") -> None:
     """Write config.yaml and wordpieces.txt (each atomically)."""
     os.makedirs(model_dir, exist_ok=True)
-    tokenizer.save(model_dir)
+    tokenizer.save(wordpieces_path(model_dir))
     config.save(os.path.join(model_dir, CONFIG_FILE))
 
 
@@ -154,12 +180,14 @@ def has_shortlist(model_dir: str) -> bool:
     return os.path.exists(shortlist_path(model_dir))
 
 
-def write_shortlist(model_dir: str, shortlist: "shortlists.Shortlist") -> str:
+def write_shortlist(model_dir: str, shortlist: "Shortlist") -> str:
     """Keep the vocabulary shortlist with the model (atomically); :func:`read_shortlist` reads it back."""
+    from gnmt_tf.data import shortlist as shortlists
+
     return shortlists.save(shortlist, shortlist_path(model_dir))
 
 
-def read_shortlist(model_dir: str, vocab_size: Optional[int] = None) -> Optional["shortlists.Shortlist"]:
+def read_shortlist(model_dir: str, vocab_size: Optional[int] = None) -> Optional["Shortlist"]:
     """The model's vocabulary shortlist, or None if it has none.
 
     Raises :class:`ModelDirError` if the file cannot be read, or was built for a vocabulary
@@ -167,6 +195,8 @@ def read_shortlist(model_dir: str, vocab_size: Optional[int] = None) -> Optional
     """
     if not has_shortlist(model_dir):
         return None
+    from gnmt_tf.data import shortlist as shortlists
+
     try:
         shortlist = shortlists.load(shortlist_path(model_dir))
     except ValueError as err:
@@ -207,13 +237,13 @@ def read_best_bleu(model_dir: str) -> Optional[BestBleu]:
 
 
 # ------------------------------------------------------------------ metadata and checkpoints
-def load_metadata(model_dir: str) -> Tuple[GNMTConfig, WordpieceTokenizer]:
+def load_metadata(model_dir: str) -> Tuple[GNMTConfig, "WordpieceTokenizer"]:
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}")
     if not has_config(model_dir):
         raise ModelDirError(f"{model_dir} is not a gnmt_tf model directory: it has no {CONFIG_FILE}")
     config = load_config(os.path.join(model_dir, CONFIG_FILE))
-    tokenizer = WordpieceTokenizer.load(model_dir)
+    tokenizer = read_tokenizer(model_dir)
     if tokenizer.vocab_size != config.model.vocab_size:
         raise ModelDirError(
             f"{model_dir}: the vocabulary has {tokenizer.vocab_size} wordpieces but the config says "
@@ -235,6 +265,8 @@ def find_checkpoint(model_dir: str, which: str = "best") -> Optional[str]:
         "latest": [checkpoint_dir(model_dir)],
         "averaged": [averaged_dir(model_dir)],
     }[which]
+    import tensorflow as tf
+
     for directory in candidates:
         path = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
         if path:
@@ -265,7 +297,7 @@ def _warn(message: str) -> None:
 
 def load_model_dir(
     model_dir: str, which: str = "best", warn: Callable[[str], None] = _warn
-) -> Tuple[GNMT, WordpieceTokenizer, GNMTConfig]:
+) -> Tuple["GNMT", "WordpieceTokenizer", GNMTConfig]:
     """The trained model at the delta it was trained at, its tokenizer and its config.
 
     ``which`` is "best", "latest" or "averaged" (see :func:`find_checkpoint`). A
@@ -287,13 +319,17 @@ def load_model_dir(
     return model, tokenizer, config
 
 
-def build_model(config: GNMTConfig, checkpoint: Optional[str] = None) -> GNMT:
+def build_model(config: GNMTConfig, checkpoint: Optional[str] = None) -> "GNMT":
     """A built GNMT of ``config`` on one device, with the weights (and delta) of ``checkpoint`` if given.
 
     Every variable of the model must be in the checkpoint (a checkpoint of another config
     fails here instead of leaving weights at their initial values); what else the
     checkpoint holds, such as the optimizer's state, is not read.
     """
+    import tensorflow as tf
+
+    from gnmt_tf.models.gnmt import GNMT
+
     model = GNMT(config.model)
     model.build()
     if checkpoint:
@@ -301,6 +337,6 @@ def build_model(config: GNMTConfig, checkpoint: Optional[str] = None) -> GNMT:
     return model
 
 
-def model_delta(model: GNMT) -> float:
+def model_delta(model: "GNMT") -> float:
     """The delta the model's weights are used at (eq. 10)."""
     return float(model.clip_delta.numpy())
