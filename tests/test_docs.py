@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 
 from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, number_word_pairs, run_in_process, run_side_by_side
-from conftest import NUMBER_MODEL_STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -306,7 +305,7 @@ def add_third_checkpoint(model_dir):
     directory = model_files.checkpoint_dir(model_dir)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory, max_to_keep=3)
     assert len(manager.checkpoints) == 2
-    manager.save(checkpoint_number=1001)
+    manager.save(checkpoint_number=int(manager.latest_checkpoint.rsplit("-", 1)[1]) + 1)
     return [os.path.basename(path) for path in manager.checkpoints]
 
 
@@ -391,7 +390,7 @@ def check_report(command, result, world):
 
     picture = os.path.join(world.model_dir, "training_curves.png")
     assert result.stdout.splitlines()[0] == f"wrote {picture}"
-    assert result.stdout.splitlines()[1].startswith(f"last step {NUMBER_MODEL_STEPS}, training loss ")
+    assert result.stdout.splitlines()[1].startswith(f"last step {world.result.step}, training loss ")
     assert imread(picture).shape[:2] == (750, 1100)
 
 
@@ -439,9 +438,10 @@ def test_documented_commands_run(trained_number_model, exported_number_model, tm
     """
     from conftest import copy_version
 
-    model_dir, _ = trained_number_model
+    model_dir, result = trained_number_model
     world = DocsWorld(tmp_path / "docs", model_dir, copy_version(exported_number_model, str(tmp_path / "served")))
     world.checkpoints = add_third_checkpoint(world.model_dir)
+    world.result = result
     commands = documented_commands_to_run()
     [server_command] = [c for c in commands if is_server(c)]
     clients = [c for c in commands if c.module == "serving.client"]
