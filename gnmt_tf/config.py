@@ -184,6 +184,26 @@ class TrainingConfig:
     eval_every: int = _doc("Steps between dev evaluations.", default=10000)
     log_every: int = _doc("Steps between TensorBoard summaries.", default=100)
     seed: int = _doc("Seed for initialisation, shuffling and dropout.", default=1234)
+    label_smoothing: float = _doc(
+        "epsilon of label smoothing (Szegedy et al. 2016): training minimises (1 - epsilon) x the "
+        "reference's negative log-likelihood + epsilon x the mean over the vocabulary of -log p. 0: "
+        "eq. 7 as the paper writes it. Perplexity and dev loss are always the unsmoothed likelihood.",
+        default=0.0,
+    )
+    average_decay: Optional[float] = _doc(
+        "Keep an exponential moving average of the weights with this decay (Lingvo and tensor2tensor "
+        "evaluate and export such an average; gnmt_tf.training.averaging): dev BLEU is measured on the "
+        "average, best/ is chosen on it and holds it, and translate, evaluate, score and export use it "
+        "(--checkpoint latest gives the raw weights). null: the raw weights are the model, as in the paper.",
+        default=None,
+    )
+    final_decay_fraction: Optional[float] = _doc(
+        "For a run bounded by max_steps or max_minutes: over the last fraction of that budget (steps or "
+        "time, whichever runs out first) the learning rate falls linearly to 0, so that the run ends on "
+        "small updates. null: the schedule of section 8.3 alone (Adam, then SGD with halvings), as the "
+        "paper's configs keep it.",
+        default=None,
+    )
     quantization_aware: bool = _doc(
         "Quantization-aware training: every LSTM kernel is fake-quantized to int8 with one "
         "scale per output unit (eq. 12, section 6) in every forward pass, the gradient passing "
@@ -214,6 +234,14 @@ class TrainingConfig:
             )
         if self.batch_tokens is not None and self.batch_tokens <= 0:
             raise ConfigError(f"{where}.batch_tokens: must be positive or null, got {self.batch_tokens}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"{where}.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
+        if self.average_decay is not None and not 0.0 < self.average_decay < 1.0:
+            raise ConfigError(f"{where}.average_decay: must be in (0, 1) or null, got {self.average_decay}")
+        if self.final_decay_fraction is not None and not 0.0 < self.final_decay_fraction <= 1.0:
+            raise ConfigError(
+                f"{where}.final_decay_fraction: must be in (0, 1] or null, got {self.final_decay_fraction}"
+            )
 
 
 @dataclass

@@ -10,9 +10,10 @@
       checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer);
                          in a multi-worker run also workertemp_<task>/, a worker's own
                          saves, deleted as soon as written
-      best/              the checkpoint with the best dev BLEU so far (model only when
-                         distributed), and best_bleu.txt: its BLEU, step and signature
-      averaged/          the mean of the last N checkpoints (python -m gnmt_tf.average), and
+      best/              the shipped weights (the average, when the run keeps one) with the best
+                         dev BLEU so far, model only, and best_bleu.txt: its BLEU, step and signature
+      averaged/          the weight average at the last checkpoint (training.average_decay), or
+                         the mean of the last N checkpoints (python -m gnmt_tf.average) with
                          sources.txt: the checkpoints it averages
       logs/train, logs/dev   TensorBoard summaries
       training_curves.png    the curves of logs/ (python -m gnmt_tf.report), once drawn
@@ -255,13 +256,14 @@ def load_metadata(model_dir: str) -> Tuple[GNMTConfig, "WordpieceTokenizer"]:
 def find_checkpoint(model_dir: str, which: str = "best") -> Optional[str]:
     """Path prefix of a checkpoint of ``model_dir``.
 
-    ``which``: "best" (by dev BLEU; falling back to the latest), "latest", or
-    "averaged" (written by ``python -m gnmt_tf.average``; no fallback).
+    ``which``: "best" (by dev BLEU; falling back to the averaged weights, then the latest), "latest"
+    (the raw weights of the last checkpoint), or "averaged" (the weight average a run keeps with
+    ``training.average_decay``, or what ``python -m gnmt_tf.average`` wrote; no fallback).
     """
     if which not in CHECKPOINT_CHOICES:
         raise ValueError(f"which must be one of {', '.join(CHECKPOINT_CHOICES)}, got {which!r}")
     candidates = {
-        "best": [best_dir(model_dir), checkpoint_dir(model_dir)],
+        "best": [best_dir(model_dir), averaged_dir(model_dir), checkpoint_dir(model_dir)],
         "latest": [checkpoint_dir(model_dir)],
         "averaged": [averaged_dir(model_dir)],
     }[which]

@@ -308,9 +308,9 @@ def _train_and_report(trainer, model_dir) -> int:
               f"{trainer.config.training.delta_anneal_steps:,}); the model is evaluated and decoded at "
               f"delta {result.delta:.3g}, the value it was trained at")
     print(f"dev perplexity: {result.dev_perplexity:.2f}")
-    print(f"dev {result.dev_bleu}")
-    if result.best_bleu is not None:
-        print(f"best dev BLEU so far: {result.best_bleu:.2f} (checkpoint in {model_files.best_dir(model_dir)})")
+    # The figure of the checkpoint translate, evaluate and export use by default, by evaluate's own code.
+    print(f"dev {result.dev.bleu.text} ({result.dev.search}; {result.dev_checkpoint})")
+    print(f"  signature: {result.dev.bleu.signature}")
     print("sample translations (dev):")
     for source, reference, translation in result.samples:
         source, reference = " ".join(source.split()), " ".join(reference.split())  # catalog strings hold newlines

@@ -135,10 +135,12 @@ class GNMT(keras.Model):
     # Set by compile: what train_step minimises (gnmt_tf.models.objectives), and the
     # teacher-forcing objective of the compiled loss, which test_step reports.
     objective = None
+    weight_average = None
     _evaluation_objective = None
     _running_means = None
 
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None, **kwargs):
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None, weight_average=None,
+                **kwargs):
         """Keras' ``compile``, plus the objective that :meth:`train_step` minimises.
 
         Args:
@@ -152,6 +154,8 @@ class GNMT(keras.Model):
                 :class:`~gnmt_tf.training.reinforce.MixedObjective` (eq. 9). Default:
                 :class:`~gnmt_tf.models.objectives.MaximumLikelihood` of ``loss``.
             metrics: not supported; the steps log their own (see :meth:`train_step`).
+            weight_average: a :class:`~gnmt_tf.training.averaging.WeightAverage` of this model's
+                trainable variables, moved after every update (the weights a run ships).
         """
         if metrics or kwargs.get("weighted_metrics"):
             raise ValueError(
@@ -161,6 +165,8 @@ class GNMT(keras.Model):
         evaluation = MaximumLikelihood(loss)
         super().compile(optimizer=optimizer, loss=evaluation.loss_function, **kwargs)
         self.objective = objective if objective is not None else evaluation
+        # Not tracked as a child of the model: its variables are the trainer's to save, not the model's weights.
+        object.__setattr__(self, "weight_average", weight_average)
         self._evaluation_objective = evaluation
         with self.distribute_strategy.scope():  # where Keras creates its own metrics
             self._running_means = _RunningMeans()
@@ -205,6 +211,8 @@ class GNMT(keras.Model):
         gradients = tape.gradient(scaled, self.trainable_variables)
         learning_rate = self.optimizer.learning_rate  # the rate this update uses
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        if self.weight_average is not None:
+            self.weight_average.update(self.trainable_variables, self.optimizer.iterations)
         logs = self._logs(batch, loss, objective_logs)
         logs["gradient_norm"] = tf.linalg.global_norm(gradients)
         logs["learning_rate"] = tf.convert_to_tensor(learning_rate)

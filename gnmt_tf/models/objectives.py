@@ -27,7 +27,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.models.losses import SequenceCrossEntropy
+from gnmt_tf.models.losses import SequenceCrossEntropy, mean_token_loss
 
 REFERENCE_NLL = "reference_nll"
 """The key of an objective's logs holding the per-token negative log-likelihood of the
@@ -73,4 +73,7 @@ class MaximumLikelihood:
     def loss(self, model, batch: Batch, training=None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
         logits = model(batch.inputs, training=training)
         loss = self.loss_function(batch.target_output_ids, logits, sample_weight=batch.sample_weight)
-        return loss, {REFERENCE_NLL: loss}
+        if not getattr(self.loss_function, "label_smoothing", 0.0):
+            return loss, {REFERENCE_NLL: loss}
+        # A smoothed loss is not the references' likelihood: perplexity is reported from the plain one.
+        return loss, {REFERENCE_NLL: mean_token_loss(batch.target_output_ids, logits)}

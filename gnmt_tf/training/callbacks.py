@@ -14,6 +14,10 @@
 * :class:`DevEvaluation`: dev perplexity and BLEU every ``eval_every`` steps, and, with a
   patience, the end of a run whose dev BLEU stopped improving (:class:`BestScore`).
 * :class:`DeltaAnnealing`: delta (eq. 10) from its schedule before each training batch.
+* :class:`FinalRateDecay`: the learning rate's fall over the end of a bounded run
+  (:class:`~gnmt_tf.training.schedules.BudgetDecay`), set before each training batch.
+* :class:`Progress`: steps done, steps/s, loss, perplexity, delta and the learning rate, with
+  the elapsed and remaining minutes of the budget.
 * :class:`SegmentBoundaries`: the per-step callbacks at segment boundaries, for
   parameter-server ``fit``.
 
@@ -40,25 +44,27 @@ def current_step(model: keras.Model) -> int:
 class RunControl(keras.callbacks.Callback):
     """Ends ``fit`` at the step limit, the time limit, on a signal, or on a non-finite loss.
 
+    ``started``: the origin of the time limit (a ``time.monotonic()`` value; default: now).
     ``time_limit_waits_for``: a condition the time limit waits for before it stops the run
     (the Trainer's: delta has reached its final value, so that a run its clock stops is used
     at that delta even when one step outlasts the whole budget, as on a loaded machine).
+    ``synchronized``: a synchronous multi-worker cluster, where a signal only records the stop
+    and :class:`StopAgreement` then stops every worker after the same step.
     """
 
     def __init__(self, max_steps: int, max_minutes: Optional[float], last_checkpoint: Callable[[], str],
-                 time_limit_waits_for: Optional[Callable[[], bool]] = None):
+                 time_limit_waits_for: Optional[Callable[[], bool]] = None, started: Optional[float] = None,
+                 synchronized: bool = False):
         super().__init__()
         self.max_steps = max_steps
         self.time_limit_waits_for = time_limit_waits_for
-        self.started = time.monotonic()  # the origin of the time limit and of delta's time anneal
+        self.started = time.monotonic() if started is None else started
         self.deadline = self.started + 60.0 * max_minutes if max_minutes else None
         self.last_checkpoint = last_checkpoint
         self.stop_reason: Optional[str] = None
         self.diverged_message: Optional[str] = None
         self._previous_handlers = {}
-        # In a synchronous multi-worker cluster a signal only records the stop: StopAgreement
-        # then stops every worker after the same step.
-        self.synchronized = False
+        self.synchronized = synchronized
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -121,25 +127,37 @@ class StopAgreement(keras.callbacks.Callback):
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Saves model + optimizer every ``every`` steps through a CheckpointManager."""
+    """Saves the training state every ``every`` steps through its writers.
 
-    def __init__(self, manager: tf.train.CheckpointManager, every: int, control: RunControl):
+    ``writers``: objects with ``save(checkpoint_number=step)``, the first a
+    ``tf.train.CheckpointManager`` of model + optimizer (whose path :meth:`save` returns); the
+    others save what goes with it (the weight average's model checkpoint).
+    """
+
+    def __init__(self, writers: Sequence, every: int, control: RunControl):
         super().__init__()
-        self.manager = manager
+        self.writers = list(writers)
         self.every = every
         self.control = control
+        self._saved_step: Optional[int] = None
 
-    def save(self) -> str:
-        step = current_step(self.model)
-        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
-            return self.manager.latest_checkpoint
-        return self.manager.save(checkpoint_number=step)
+    def save(self, step: int) -> str:
+        """Save at ``step`` (once: a second call at the same step returns the first one's path)."""
+        manager = self.writers[0]
+        if self._saved_step == step and manager.latest_checkpoint:
+            return manager.latest_checkpoint
+        path = manager.save(checkpoint_number=step)
+        for writer in self.writers[1:]:
+            writer.save(checkpoint_number=step)
+        self._saved_step = step
+        return path
 
     def on_train_batch_end(self, batch, logs=None):
         if self.control.stop_reason == "diverged":
             return
-        if current_step(self.model) % self.every == 0:
-            self.save()
+        step = current_step(self.model)
+        if step % self.every == 0:
+            self.save(step)
 
 
 class TrainingSummaries(keras.callbacks.Callback):
@@ -325,3 +343,93 @@ class SegmentBoundaries(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         for callback in self.callbacks:
             callback.on_train_end(logs)
+
+
+class FinalRateDecay(keras.callbacks.Callback):
+    """Sets the learning rate's budget factor (``scale``) from a :class:`~gnmt_tf.training.schedules.BudgetDecay`
+    before each training batch, from the step and the time since ``started`` (the run's time-limit origin)."""
+
+    def __init__(self, decay, scale: tf.Variable, started: float, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.decay = decay
+        self.scale = scale
+        self.started = started
+        self.clock = clock
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.scale.assign(self.decay(current_step(self.model), self.clock() - self.started))
+
+
+class Progress(keras.callbacks.Callback):
+    """What a run has done, in the units a user thinks in: steps, steps/s, minutes elapsed and left.
+
+    Every ``every`` seconds, and at the end, one line such as::
+
+        step 1,240 | 2.31 steps/s | loss 3.42 | perplexity 30.5 | delta 1 | lr 0.0018 | 4.5 min, 4.5 left
+
+    goes to ``stream``; with ``live`` (a terminal) the line is rewritten in place after every step.
+    The minutes left are those of the time limit (``max_minutes``) or, without one, the steps left
+    at the current speed.
+    """
+
+    def __init__(self, control: "RunControl", stream, every: float = 30.0, live: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.control = control
+        self.stream = stream
+        self.every = every
+        self.live = live
+        self.clock = clock
+        self._since = 0.0
+        self._since_step = 0
+        self._last_line = 0.0
+        self._width = 0
+        self._reported_step: Optional[int] = None
+        self.steps_per_second: Optional[float] = None
+
+    def on_train_begin(self, logs=None):
+        self._since, self._since_step = self.clock(), current_step(self.model)
+        self._last_line = self._since
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = self.clock()
+        if self.live or now - self._last_line >= self.every:
+            self._report(now, logs or {})
+
+    def on_train_end(self, logs=None):
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+        elif current_step(self.model) != self._reported_step:
+            self._report(self.clock(), {})
+
+    def _report(self, now: float, logs) -> None:
+        step = current_step(self.model)
+        if step > self._since_step and now > self._since:
+            self.steps_per_second = (step - self._since_step) / (now - self._since)
+        self._last_line, self._reported_step = now, step
+        line = self.line(step, now, logs)
+        if self.live:  # rewrite the line, blanking what a longer previous one left
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def line(self, step: int, now: float, logs) -> str:
+        parts = [f"step {step:,}"]
+        if self.steps_per_second:
+            parts.append(f"{self.steps_per_second:.2f} steps/s")
+        for key, label, form in (("loss", "loss", ".3f"), ("perplexity", "perplexity", ".1f"),
+                                 ("delta", "delta", ".3g"), ("learning_rate", "lr", ".3g")):
+            if key in logs:
+                parts.append(f"{label} {float(logs[key]):{form}}")
+        elapsed = now - self.control.started
+        if self.control.deadline is not None:
+            left = max(self.control.deadline - now, 0.0)
+        elif self.steps_per_second:
+            left = max(self.control.max_steps - step, 0) / self.steps_per_second
+        else:
+            left = None
+        parts.append(f"{elapsed / 60:.1f} min" + (f", {left / 60:.1f} left" if left is not None else ""))
+        return " | ".join(parts)

@@ -8,6 +8,8 @@ moments. Gradients are clipped to a global norm of 5.0 (``global_clipnorm``).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import tensorflow as tf
 import tf_keras as keras
 
@@ -29,9 +31,10 @@ class AdamThenSGD(keras.optimizers.Adam):
         self.adam_steps = adam_steps
 
     @classmethod
-    def from_config_section(cls, config: GNMTConfig) -> "AdamThenSGD":
+    def from_config_section(cls, config: GNMTConfig, budget_scale: Optional[tf.Variable] = None) -> "AdamThenSGD":
+        """The optimizer of ``config``'s training section; ``budget_scale``: see :class:`GNMTLearningRate`."""
         return cls(
-            learning_rate=GNMTLearningRate.from_config_section(config),
+            learning_rate=GNMTLearningRate.from_config_section(config, budget_scale),
             adam_steps=config.training.adam_steps,
             global_clipnorm=config.training.clip_norm,
         )

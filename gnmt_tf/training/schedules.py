@@ -24,6 +24,10 @@ class GNMTLearningRate(keras.optimizers.schedules.LearningRateSchedule):
     CHOICE: the first halving happens at ``decay_start`` itself, so that the
     paper's "anneal after 1.2M steps, halving every 200k steps for 800k more"
     gives four halvings, at 1.2M, 1.4M, 1.6M and 1.8M.
+
+    ``budget_scale``: a scalar variable the rate is multiplied by, set before each step from a
+    :class:`BudgetDecay` (the decay at the end of a bounded run); None: no such factor. It is
+    derived from the step and the clock, so it is neither saved in the config nor checkpointed.
     """
 
     def __init__(
@@ -34,6 +38,7 @@ class GNMTLearningRate(keras.optimizers.schedules.LearningRateSchedule):
         decay_start: int,
         decay_interval: int,
         decay_count: int,
+        budget_scale: Optional[tf.Variable] = None,
     ):
         self.adam_learning_rate = adam_learning_rate
         self.adam_steps = adam_steps
@@ -41,12 +46,14 @@ class GNMTLearningRate(keras.optimizers.schedules.LearningRateSchedule):
         self.decay_start = decay_start
         self.decay_interval = decay_interval
         self.decay_count = decay_count
+        self.budget_scale = budget_scale
 
     @classmethod
-    def from_config_section(cls, config: GNMTConfig) -> "GNMTLearningRate":
+    def from_config_section(cls, config: GNMTConfig, budget_scale: Optional[tf.Variable] = None) -> "GNMTLearningRate":
         t = config.training
         return cls(
-            t.adam_learning_rate, t.adam_steps, t.sgd_learning_rate, t.decay_start, t.decay_interval, t.decay_count
+            t.adam_learning_rate, t.adam_steps, t.sgd_learning_rate, t.decay_start, t.decay_interval, t.decay_count,
+            budget_scale,
         )
 
     def halvings(self, step):
@@ -58,7 +65,8 @@ class GNMTLearningRate(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = tf.cast(step, tf.int64)
         base = tf.where(step < self.adam_steps, self.adam_learning_rate, self.sgd_learning_rate)
-        return tf.cast(base, tf.float32) * tf.pow(0.5, tf.cast(self.halvings(step), tf.float32))
+        rate = tf.cast(base, tf.float32) * tf.pow(0.5, tf.cast(self.halvings(step), tf.float32))
+        return rate * self.budget_scale if self.budget_scale is not None else rate
 
     def get_config(self):
         return dict(
@@ -113,3 +121,36 @@ class DeltaSchedule:
         """delta after ``seconds`` of training by the clock alone (the start without ``anneal_seconds``)."""
         progress = min(seconds / self.anneal_seconds, 1.0) if self.anneal_seconds else 0.0
         return self.start + (self.end - self.start) * progress
+
+
+class BudgetDecay:
+    """The learning rate's fall to 0 over the last ``fraction`` of a bounded run (``training.final_decay_fraction``).
+
+    A run bounded by ``max_steps`` and/or ``max_seconds`` is ``progress`` of the way through its
+    budget, the larger of the two shares used; the rate is multiplied by
+    ``min(1, (1 - progress) / fraction)``: 1 until the last ``fraction`` of the budget, then
+    linearly down to 0 at its end, so that a run stopped by its budget ends on small updates
+    instead of at the full rate. The clock is the run's own (the time limit's origin), so a
+    resumed run, whose clock restarts, decays over its own minutes.
+    """
+
+    def __init__(self, fraction: float, max_steps: Optional[int], max_seconds: Optional[float]):
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        if not max_steps and not max_seconds:
+            raise ValueError("a budget decay needs a bound: max_steps or max_seconds")
+        self.fraction = fraction
+        self.max_steps = max_steps
+        self.max_seconds = max_seconds
+
+    def progress(self, step: int, seconds: float) -> float:
+        shares = []
+        if self.max_steps:
+            shares.append(step / self.max_steps)
+        if self.max_seconds:
+            shares.append(seconds / self.max_seconds)
+        return min(max(shares), 1.0)
+
+    def __call__(self, step: int, seconds: float) -> float:
+        """The rate's factor after ``step`` steps and ``seconds`` of the run."""
+        return max(0.0, min(1.0, (1.0 - self.progress(step, seconds)) / self.fraction))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -28,14 +30,17 @@ from gnmt_tf.parallel import distribute
 from gnmt_tf import model_files
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
-from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
+from gnmt_tf.inference.evaluation import Evaluation, evaluate, load_translator
+from gnmt_tf.metrics.bleu import BleuResult
 from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT, unpack_batch
 from gnmt_tf.training.callbacks import (
     BestScore,
     DeltaAnnealing,
     DevEvaluation,
+    FinalRateDecay,
     PeriodicCheckpoint,
+    Progress,
     RunControl,
     SegmentBoundaries,
     StopAgreement,
@@ -44,7 +49,8 @@ from gnmt_tf.training.callbacks import (
 )
 from gnmt_tf.models.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
-from gnmt_tf.training.schedules import DeltaSchedule
+from gnmt_tf.training.averaging import WeightAverage
+from gnmt_tf.training.schedules import BudgetDecay, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
 
@@ -61,11 +67,16 @@ class TrainResult:
 
     step: int
     stop_reason: str
-    dev_bleu: Optional[BleuResult] = None
-    dev_perplexity: Optional[float] = None
+    dev: Optional[Evaluation] = None  # the shipped model's dev BLEU, as python -m gnmt_tf.evaluate gives it
+    dev_checkpoint: Optional[str] = None  # the checkpoint that figure is of (what translate uses by default)
+    dev_perplexity: Optional[float] = None  # of the weights evaluated last (the averaged ones, when kept)
     best_bleu: Optional[float] = None
     delta: Optional[float] = None  # eq. 10's delta of the last checkpoint (it is decoded at it)
     samples: List[Tuple[str, str, str]] = field(default_factory=list)  # (source, reference, translation)
+
+    @property
+    def dev_bleu(self) -> Optional[BleuResult]:
+        return self.dev.bleu if self.dev is not None else None
 
 
 class Trainer:
@@ -77,9 +88,17 @@ class Trainer:
         train_pairs, dev_pairs: (source, target) sentences.
         tokenizer: the shared wordpiece tokenizer.
         log: where progress messages go (``print`` by default).
-        verbose: Keras progress bar mode (1: bar, 2: one line per segment, 0: silent).
+        verbose: progress while training (:class:`~gnmt_tf.training.callbacks.Progress`): 1, a line
+            rewritten after every step (a terminal); 2, a line every 30 seconds; 0, none.
         init_checkpoint: weights to start from when ``model_dir`` has no checkpoint yet
             (a fine-tune of another model; only the model is restored, not its optimizer).
+
+    The weights a run ships: with ``training.average_decay`` an exponential moving average of
+    the weights (:mod:`gnmt_tf.training.averaging`), else the raw weights. Dev BLEU is measured
+    on them with the config's beam search through :func:`gnmt_tf.inference.evaluation.evaluate`,
+    ``best/`` is chosen on it and holds them, and ``averaged/`` holds the average at every checkpoint.
+    The final figure is ``python -m gnmt_tf.evaluate``'s on the checkpoint ``translate`` uses by
+    default, computed by the same code.
 
     With ``training.quantization_aware`` every LSTM kernel is fake-quantized (eq. 12) in
     training and in dev evaluation (:mod:`gnmt_tf.quantization.qat`); checkpoints hold the float weights.
@@ -108,7 +127,8 @@ class Trainer:
         self.config = config
         self.model_dir = model_dir
         self.train_pairs = list(train_pairs)
-        self.dev_pairs = list(dev_pairs)
+        # As the model directory keeps them (dev.tsv), so that evaluate on dev.tsv sees the same sentences.
+        self.dev_pairs = [model_files.folded(pair) for pair in dev_pairs]
         self.tokenizer = tokenizer
         self.log = log
         self.verbose = verbose
@@ -119,19 +139,14 @@ class Trainer:
         self.coordinated = distribute.uses_coordinator(self.strategy)
         # delta's anneal (section 6), bounded in time too where one clock rules the run.
         self.delta_schedule = DeltaSchedule.from_config_section(config, timed=not self.distributed)
-        self.last_bleu: Optional[BleuResult] = None
+        self.last_evaluation: Optional[Evaluation] = None
         self.last_perplexity: Optional[float] = None
+        self.control: Optional[RunControl] = None
+        self._evaluated_step: Optional[int] = None
+        self._dev_loss = None
 
         with self.strategy.scope():
-            self.model = GNMT(config.model, parallel=config.parallel)
-            self.model.build()
-            optimizer = AdamThenSGD.from_config_section(config)
-            optimizer.build(self.model.trainable_variables)
-            self.model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), objective=self._objective())
-        if self.distributed:
-            # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
-            # default "sum" would add them up over the replicas.
-            self.model.distribute_reduction_method = "first"
+            self._build_model()
         # Quantization-aware training (section 6): every graph the run traces (training steps,
         # dev loss, dev translations) computes with fake-quantized LSTM kernels; see train().
         self.weight_transforms = []
@@ -139,35 +154,31 @@ class Trainer:
             from gnmt_tf.quantization.qat import QuantizationAwareTraining
 
             self.weight_transforms.append((self.model, QuantizationAwareTraining(self.model)))
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
-        self.manager = tf.train.CheckpointManager(
-            checkpoint, model_files.checkpoint_dir(model_dir), max_to_keep=config.training.keep_checkpoints
-        )
-        # A non-chief worker of a synchronous cluster takes part in every save, into a
-        # directory of its own that it deletes; only the chief's checkpoint is kept.
-        self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
-            checkpoint, model_files.worker_checkpoint_dir(model_dir, self.strategy.cluster_resolver.task_id)
-        )
-        # Distributed, the chief evaluates a one-device copy of the weights: model.evaluate would
-        # need every worker (collectives, or the parameter-server coordinator).
-        self.dev_model = self.model
-        best_checkpoint = checkpoint
-        if self.distributed and self.is_chief:
-            self.dev_model = model_files.build_model(config)
-            if config.training.quantization_aware:
-                from gnmt_tf.quantization.qat import QuantizationAwareTraining
-
-                self.weight_transforms.append((self.dev_model, QuantizationAwareTraining(self.dev_model)))
-            best_checkpoint = tf.train.Checkpoint(model=self.dev_model)
-        self._dev_loss = None
-        self.best_manager = tf.train.CheckpointManager(best_checkpoint, model_files.best_dir(model_dir), max_to_keep=1)
-        self.dev_writer = (
-            tf.summary.create_file_writer(model_files.dev_log_dir(model_dir)) if self.is_chief else None
-        )
-        self.translator = Translator(self.dev_model, tokenizer, config.decoding) if self.is_chief else None
-        self.control: Optional[RunControl] = None
-        self._evaluated_step: Optional[int] = None
+        self._build_checkpoints()
+        if self.is_chief:
+            self._build_dev_evaluation()
         self._restore(init_checkpoint)
+
+    # ------------------------------------------------------------------ construction
+    def _build_model(self) -> None:
+        """The model, its optimizer (with the final decay's factor), the weight average, and the compile."""
+        t = self.config.training
+        self.rate_scale = None
+        if t.final_decay_fraction is not None:
+            self.rate_scale = tf.Variable(1.0, trainable=False, name="learning_rate_budget_scale",
+                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.model = GNMT(self.config.model, parallel=self.config.parallel)
+        self.model.build()
+        self.optimizer = AdamThenSGD.from_config_section(self.config, budget_scale=self.rate_scale)
+        self.optimizer.build(self.model.trainable_variables)
+        self.weight_average = (WeightAverage(self.model.trainable_variables, t.average_decay)
+                               if t.average_decay is not None else None)
+        self.model.compile(optimizer=self.optimizer, loss=SequenceCrossEntropy(t.label_smoothing),
+                           objective=self._objective(), weight_average=self.weight_average)
+        if self.distributed:
+            # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
+            # default "sum" would add them up over the replicas.
+            self.model.distribute_reduction_method = "first"
 
     def _objective(self):
         """What training minimises: maximum likelihood (eq. 7), or for RL refinement the mixed objective of eq. 9."""
@@ -176,7 +187,43 @@ class Trainer:
             from gnmt_tf.training.reinforce import MixedObjective
 
             return MixedObjective(self.config.rl, reward_function(self.config.rl, self.tokenizer))
-        return MaximumLikelihood(SequenceCrossEntropy())
+        return MaximumLikelihood(SequenceCrossEntropy(self.config.training.label_smoothing))
+
+    def _build_checkpoints(self) -> None:
+        """The run's checkpoints: model, optimizer and weight average (the whole training state)."""
+        state = dict(model=self.model, optimizer=self.optimizer)
+        if self.weight_average is not None:
+            state["weight_average"] = self.weight_average
+        checkpoint = tf.train.Checkpoint(**state)
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, model_files.checkpoint_dir(self.model_dir), max_to_keep=self.config.training.keep_checkpoints
+        )
+        # A non-chief worker of a synchronous cluster takes part in every save, into a
+        # directory of its own that it deletes; only the chief's checkpoint is kept.
+        self.checkpoint_writer = self.manager if self.is_chief else distribute.TemporaryCheckpoints(
+            checkpoint, model_files.worker_checkpoint_dir(self.model_dir, self.strategy.cluster_resolver.task_id)
+        )
+
+    def _build_dev_evaluation(self) -> None:
+        """The chief's dev evaluation: the weights evaluated (a one-device copy when they are the average
+        or the run is distributed), best/ and averaged/, the dev summaries and the dev translator."""
+        self.dev_model = self.model
+        if self.distributed or self.weight_average is not None:
+            # model.evaluate would need every worker (collectives, or the parameter-server
+            # coordinator); and the average is not the training weights.
+            self.dev_model = model_files.build_model(self.config)
+            if self.config.training.quantization_aware:
+                from gnmt_tf.quantization.qat import QuantizationAwareTraining
+
+                self.weight_transforms.append((self.dev_model, QuantizationAwareTraining(self.dev_model)))
+        shipped = tf.train.Checkpoint(model=self.dev_model)
+        self.best_manager = tf.train.CheckpointManager(shipped, model_files.best_dir(self.model_dir), max_to_keep=1)
+        self.averaged_manager = None
+        if self.weight_average is not None:
+            self.averaged_manager = tf.train.CheckpointManager(
+                shipped, model_files.averaged_dir(self.model_dir), max_to_keep=1)
+        self.dev_writer = tf.summary.create_file_writer(model_files.dev_log_dir(self.model_dir))
+        self.translator = Translator(self.dev_model, self.tokenizer, self.config.decoding)
 
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
@@ -188,8 +235,12 @@ class Trainer:
             # Through a plain model: restoring into the compiled one would also restore the
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
             self.model.set_weights(model_files.build_model(self.config, init_checkpoint).get_weights())
+            if self.weight_average is not None:  # the average starts at the weights it fine-tunes
+                for average, variable in zip(self.weight_average.averages, self.model.trainable_variables):
+                    average.assign(variable)
             self.log(f"starting from the weights of {init_checkpoint}")
-        best = model_files.read_best_bleu(self.model_dir) if self.best_manager.latest_checkpoint else None
+        best = (model_files.read_best_bleu(self.model_dir)
+                if self.is_chief and self.best_manager.latest_checkpoint else None)
         # The dev BLEU to beat: a resumed run keeps comparing against its old best.
         self.dev_record = BestScore(best.score if best is not None else None)
 
@@ -202,50 +253,64 @@ class Trainer:
         return self.dev_record.best
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate_dev(self, step: int) -> Tuple[float, BleuResult]:
-        """Dev perplexity (teacher forcing) and greedy-decoding BLEU; keeps the best checkpoint."""
+    def _shipped_weights(self):
+        """The dev model holding the weights the run ships: the average, or a copy of the raw weights."""
         model = self.dev_model
-        if model is not self.model:
+        if self.weight_average is not None:
+            self.weight_average.copy_to(model.trainable_variables)
+            model.set_clip_delta(model_files.model_delta(self.model))
+        elif model is not self.model:
             model.set_weights(self.model.get_weights())
+        return model
+
+    def save_averaged(self, step: int) -> Optional[str]:
+        """Write the weight average at ``step`` to averaged/ (a model checkpoint like any other)."""
+        if self.averaged_manager is None:
+            return None
+        self._shipped_weights()
+        return self.averaged_manager.save(checkpoint_number=step)
+
+    def evaluate_dev(self, step: int) -> Tuple[float, Evaluation]:
+        """Dev perplexity (teacher forcing) and BLEU (the config's beam search) of the shipped weights;
+        keeps them in best/ when their BLEU is the best so far."""
         # Evaluated at the delta of this step, which is the delta this checkpoint is saved
         # with and will be decoded at (gnmt_tf.model_files), so "best" means best as used.
+        model = self._shipped_weights()
         dev_data = make_dataset(
             self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
             bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
         )
-        if model is self.model:
-            results = self.model.evaluate(dev_data, verbose=0, return_dict=True)
-        else:
-            results = {"loss": self._copy_loss(dev_data)}
-        perplexity = float(math.exp(min(results["loss"], 50.0)))
-        sources = [source for source, _ in self.dev_pairs]
-        references = [" ".join(target.split()) for _, target in self.dev_pairs]
-        hypotheses = self.translator.greedy(sources)
-        bleu = corpus_bleu(hypotheses, references)
+        loss = self._dev_loss_of(dev_data)
+        perplexity = float(math.exp(min(loss, 50.0)))
+        evaluation = evaluate(self.translator, self.dev_pairs, warm_up=False)
+        delta = model_files.model_delta(model)
         with self.dev_writer.as_default(step=step):
             tf.summary.scalar("perplexity", perplexity)
-            tf.summary.scalar("loss", results["loss"])
-            tf.summary.scalar("bleu", bleu.score)
-            tf.summary.scalar("delta", model_files.model_delta(model))
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar("bleu", evaluation.bleu.score)
+            tf.summary.scalar("delta", delta)
         self.dev_writer.flush()
-        self.last_bleu, self.last_perplexity = bleu, perplexity
+        self.last_evaluation, self.last_perplexity = evaluation, perplexity
         self._evaluated_step = step
-        improved = self.dev_record.add(bleu.score)
-        if improved:
+        tied = self.best_bleu is not None and evaluation.bleu.score == self.best_bleu
+        improved = self.dev_record.add(evaluation.bleu.score)
+        if improved or tied:  # a tie goes to the later weights, trained longer (and at the final delta)
             self.best_manager.save(checkpoint_number=step)
-            model_files.write_best_bleu(self.model_dir, model_files.BestBleu(bleu.score, step, bleu.signature))
+            model_files.write_best_bleu(self.model_dir, model_files.BestBleu(
+                evaluation.bleu.score, step, evaluation.bleu.signature))
+        weights = "averaged weights" if self.weight_average is not None else "weights"
         self.log(
-            f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {bleu.score:.2f} "
-            f"at delta {model_files.model_delta(model):.3g}"
+            f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {evaluation.bleu.score:.2f} "
+            f"({weights}, {evaluation.search}, delta {delta:.3g})"
             + (" (best so far)" if improved else f" (best {self.best_bleu:.2f})")
         )
-        return perplexity, bleu
+        return perplexity, evaluation
 
-    def _copy_loss(self, dev_data) -> float:
-        """The dev loss of the one-device copy, averaged as ``model.evaluate`` does (per pair).
+    def _dev_loss_of(self, dev_data) -> float:
+        """The dev model's per-token negative log-likelihood (unsmoothed), averaged per pair.
 
-        Computed in this process alone: inside a strategy's ``fit``, Keras would run
-        ``evaluate`` through the strategy even for a model built outside it.
+        Computed by a function of its own rather than ``model.evaluate``: inside a strategy's
+        ``fit``, Keras would run ``evaluate`` through the strategy even for a model built outside it.
         """
         if self._dev_loss is None:
             objective, model = MaximumLikelihood(SequenceCrossEntropy()), self.dev_model  # as GNMT.test_step
@@ -268,6 +333,42 @@ class Trainer:
                 scopes.enter_context(model.transformed_weights(transform))
             return self._train(max_steps, max_minutes)
 
+    def _callbacks(self, max_steps: int, max_minutes: Optional[float]) -> List[keras.callbacks.Callback]:
+        """The run's callbacks (self.control first), each given what it acts on."""
+        t = self.config.training
+        started = time.monotonic()  # the origin of the time limit, of delta's timed anneal and of the final decay
+        annealing = DeltaAnnealing(self.delta_schedule, started=started)
+        # The time limit waits for delta's timed anneal to end, so that a run its clock stops is
+        # used at the final delta even when one step outlasts the whole budget (a loaded machine).
+        self.control = RunControl(
+            max_steps, max_minutes, lambda: self.manager.latest_checkpoint, started=started,
+            time_limit_waits_for=annealing.annealed if self.delta_schedule.anneal_seconds is not None else None,
+            synchronized=self.multi_worker,
+        )
+        writers = [self.checkpoint_writer] + ([_AveragedWriter(self)] if self.is_chief and self.weight_average else [])
+        self.checkpointing = PeriodicCheckpoint(writers, t.checkpoint_every, self.control)
+        callbacks = [self.control, annealing, self.checkpointing]
+        if self.rate_scale is not None:
+            decay = BudgetDecay(t.final_decay_fraction, max_steps, 60.0 * max_minutes if max_minutes else None)
+            callbacks.append(FinalRateDecay(decay, self.rate_scale, started=started))
+        if self.is_chief:  # summaries and dev evaluation: the chief's alone
+            callbacks += [
+                TrainingSummaries(
+                    model_files.train_log_dir(self.model_dir), t.log_every,
+                    replicas=self.strategy.num_replicas_in_sync,
+                ),
+                # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
+                DevEvaluation(
+                    self.evaluate_dev, self.dev_record, t.eval_every, self.control,
+                    patience=self.config.rl.patience if t.objective == "rl" else None,
+                ),
+            ]
+        if self.verbose:
+            callbacks.append(Progress(self.control, sys.stdout, live=self.verbose == 1))
+        if self.multi_worker:
+            callbacks.append(StopAgreement(self.control, distribute.stop_agreement(self.strategy)))
+        return callbacks
+
     def _train(self, max_steps: Optional[int], max_minutes: Optional[float]) -> TrainResult:
         t = self.config.training
         max_steps = max_steps if max_steps is not None else t.max_steps
@@ -283,28 +384,8 @@ class Trainer:
                 f"{self.config.data.max_length} wordpieces on a side and are not trained on (data.max_length)"
             )
         train_data = self._training_data()
-        timed_anneal = self.delta_schedule.anneal_seconds is not None
-        self.control = RunControl(max_steps, max_minutes, lambda: self.manager.latest_checkpoint,
-                                  time_limit_waits_for=(lambda: annealing.annealed()) if timed_anneal else None)
-        annealing = DeltaAnnealing(self.delta_schedule, started=self.control.started)
-        checkpointing = PeriodicCheckpoint(self.checkpoint_writer, t.checkpoint_every, self.control)
-        callbacks = [annealing, self.control, checkpointing]
-        if self.is_chief:  # summaries and dev evaluation: the chief's alone
-            callbacks += [
-                TrainingSummaries(
-                    model_files.train_log_dir(self.model_dir), t.log_every,
-                    replicas=self.strategy.num_replicas_in_sync,
-                ),
-                # RL refinement (section 5) stops once dev BLEU has not improved for rl.patience evaluations.
-                DevEvaluation(
-                    self.evaluate_dev, self.dev_record, t.eval_every, self.control,
-                    patience=self.config.rl.patience if t.objective == "rl" else None,
-                ),
-            ]
-        if self.multi_worker:
-            self.control.synchronized = True
-            callbacks.append(StopAgreement(self.control, distribute.stop_agreement(self.strategy)))
-        # Keras "epochs" are only progress-bar segments here; the step counter decides everything.
+        callbacks = self._callbacks(max_steps, max_minutes)
+        # Keras "epochs" are only segments of fit here (its progress bar is off); the step counter decides everything.
         segment = min(t.checkpoint_every, max_steps)
         if self.coordinated:
             # Every step some callback acts on (and max_steps) ends a segment.
@@ -321,7 +402,7 @@ class Trainer:
         try:
             self.model.fit(
                 train_data, steps_per_epoch=segment, epochs=epochs, initial_epoch=initial_epoch,
-                callbacks=callbacks, verbose=self.verbose,
+                callbacks=callbacks, verbose=0,
             )
         except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
                 tf.errors.DeadlineExceededError) as err:
@@ -337,8 +418,7 @@ class Trainer:
             self.control.restore_signal_handlers()
         if self.control.stop_reason == "diverged":
             raise TrainingDiverged(self.control.diverged_message)
-        checkpointing.model = self.model
-        path = checkpointing.save()
+        path = self.checkpointing.save(self.step)
         if self.is_chief:
             self.log(f"saved {path}")
         return self._finish(self.control.stop_reason or "finished")
@@ -377,13 +457,24 @@ class Trainer:
             return TrainResult(step=self.step, stop_reason=reason)
         if self._evaluated_step != self.step:
             self.evaluate_dev(self.step)
-        samples = []
-        chosen = self.dev_pairs[:: max(1, len(self.dev_pairs) // 5)][:5]
-        translations = self.translator.greedy([source for source, _ in chosen])
-        for (source, reference), translation in zip(chosen, translations):
-            samples.append((source, reference, translation))
+        # The figure of the model as translate and evaluate load it by default: the same code as
+        # python -m gnmt_tf.evaluate --model-dir DIR --test DIR/dev.tsv.
+        translator, _, checkpoint = load_translator(self.model_dir)
+        final = evaluate(translator, self.dev_pairs)
+        chosen = list(range(0, len(self.dev_pairs), max(1, len(self.dev_pairs) // 5)))[:5]
+        samples = [(*self.dev_pairs[i], final.hypotheses[i]) for i in chosen]
         return TrainResult(
-            step=self.step, stop_reason=reason, dev_bleu=self.last_bleu, dev_perplexity=self.last_perplexity,
-            best_bleu=self.best_bleu, delta=model_files.model_delta(self.model), samples=samples,
+            step=self.step, stop_reason=reason, dev=final, dev_checkpoint=checkpoint,
+            dev_perplexity=self.last_perplexity, best_bleu=self.best_bleu,
+            delta=model_files.model_delta(self.model), samples=samples,
         )
 
+
+class _AveragedWriter:
+    """Saves the weight average to averaged/ whenever the run checkpoints (a writer for PeriodicCheckpoint)."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+
+    def save(self, checkpoint_number: int) -> Optional[str]:
+        return self.trainer.save_averaged(checkpoint_number)

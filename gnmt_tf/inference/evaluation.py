@@ -1,0 +1,86 @@
+"""BLEU of a translator on sentence pairs: the one path behind ``evaluate``, the trainer's dev figures and the benchmarks.
+
+``python -m gnmt_tf.evaluate``, the dev BLEU a training run prints and chooses ``best/`` on, and
+the quality benchmark all call :func:`evaluate` (and load a model directory's translator with
+:func:`load_translator`), so that one model, one split and one search give one figure, and
+every figure says which search made it (:attr:`Evaluation.search`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
+
+Pair = Tuple[str, str]
+
+
+class Evaluation(NamedTuple):
+    """What :func:`evaluate` measured."""
+
+    bleu: BleuResult  # sacrebleu's corpus BLEU against the references, whitespace folded
+    hypotheses: List[str]  # the translations, in input order
+    seconds: float  # decoding time, after a warm-up batch (graph tracing not counted)
+    search: str  # how they were decoded, e.g. "beam 4, alpha 0.6, beta 0.2, beamsize 3" or "greedy"
+
+    def __str__(self) -> str:
+        return f"{self.bleu.text} ({self.search})"
+
+
+def search_description(decoding, overrides: Optional[Dict] = None, greedy: bool = False) -> str:
+    """How a translator with the config section ``decoding`` and these per-call ``overrides`` decodes."""
+    if greedy:
+        return "greedy"
+    given = {**{name: getattr(decoding, name) for name in ("beam_width", "alpha", "beta", "beamsize")},
+             **(overrides or {})}
+    text = f"beam {given['beam_width']}, alpha {given['alpha']:g}, beta {given['beta']:g}, beamsize {given['beamsize']:g}"
+    return text + (", shortlist" if given.get("use_shortlist") else "")
+
+
+def evaluate(translator, pairs: Sequence[Pair], overrides: Optional[Dict] = None, greedy: bool = False,
+             warm_up: bool = True) -> Evaluation:
+    """Translate the sources of ``pairs`` with ``translator`` and score them against their targets.
+
+    ``overrides``: per-call beam search options (``Translator.translate``'s keywords); ``greedy``:
+    greedy search instead. With ``warm_up`` the first batch is translated once before timing.
+    """
+    overrides = dict(overrides or {})
+    sources = [source for source, _ in pairs]
+    references = [" ".join(target.split()) for _, target in pairs]
+
+    def decode(sentences):
+        return translator.greedy(sentences) if greedy else translator.translate(sentences, **overrides)
+
+    if warm_up and sources:
+        decode(sources[: translator.batch_size])
+    started = time.monotonic()
+    hypotheses = decode(sources)
+    seconds = time.monotonic() - started
+    return Evaluation(corpus_bleu(hypotheses, references), hypotheses, seconds,
+                      search_description(translator.decoding, overrides, greedy))
+
+
+def load_translator(model_dir: str, checkpoint: str = "best", batch_size: int = 32, max_input_length: int = 250,
+                    concurrent_batches: int = 2, use_shortlist: Optional[bool] = None):
+    """A model directory's translator as the command lines use it: (translator, config, checkpoint path).
+
+    ``checkpoint``: "best", "latest" or "averaged" (:func:`gnmt_tf.model_files.find_checkpoint`).
+    The directory's vocabulary shortlist is loaded when it has one; ``use_shortlist=True`` without
+    one raises :class:`gnmt_tf.model_files.ModelDirError`.
+    """
+    from gnmt_tf import model_files
+    from gnmt_tf.inference.translator import Translator
+
+    path = model_files.find_checkpoint(model_dir, checkpoint)
+    model, tokenizer, config = model_files.load_model_dir(model_dir, which=checkpoint)
+    shortlist = model_files.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
+    if use_shortlist and shortlist is None:
+        raise model_files.ModelDirError(
+            f"--shortlist: {model_dir} has no vocabulary shortlist ({model_files.shortlist_path(model_dir)}); "
+            f"python -m gnmt_tf.shortlist --model-dir {model_dir} builds one")
+    translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
+        model, tokenizer, config.decoding, batch_size=batch_size, max_input_length=max_input_length,
+        shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=concurrent_batches,
+    )
+    return translator, config, path
