@@ -33,7 +33,7 @@ RL's samples); search ``b * n + k`` is the k-th search of sentence b. A search h
 ``rows_per_search`` decoder rows (the beam width); rows of one search are adjacent.
 A part of the decoder state whose type says ``one_row_per_search`` (the attention
 memory) is shared by a search's rows: it is repeated per search, not per row, and
-gathered only when searches end (:func:`map_rows`).
+gathered only when searches end (:func:`gnmt_tf.decoding.rows.map_rows`).
 
 What a strategy keeps is split in two nests of tensors:
 
@@ -58,6 +58,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from gnmt_tf.decoding.buckets import ShapeBuckets, fill_to
+from gnmt_tf.decoding.rows import gather_rows, map_rows, repeat_rows
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -138,32 +139,6 @@ def output_length_limits(source_mask, max_length_ratio) -> tf.Tensor:
     return tf.maximum(tf.cast(limits, tf.int32), 1)
 
 
-def map_rows(nest, per_row: Callable, per_search: Callable):
-    """``nest`` with ``per_search`` applied to the tensors of its parts that have one row per
-    search (their type's ``one_row_per_search`` is true) and ``per_row`` to all others."""
-    if getattr(type(nest), "one_row_per_search", False):
-        return tf.nest.map_structure(per_search, nest)
-    if isinstance(nest, tuple) and hasattr(nest, "_fields"):
-        return type(nest)(*(map_rows(part, per_row, per_search) for part in nest))
-    if isinstance(nest, (tuple, list)):
-        return type(nest)(map_rows(part, per_row, per_search) for part in nest)
-    if isinstance(nest, dict):
-        return {key: map_rows(part, per_row, per_search) for key, part in nest.items()}
-    return per_row(nest)
-
-
-def repeat_rows(nest, times: int):
-    """Every tensor of ``nest`` [batch, ...] -> [batch * times, ...], each row's copies adjacent."""
-
-    def repeat(tensor):
-        tensor = tf.convert_to_tensor(tensor)
-        multiples = tf.concat([[1, times], tf.ones([tf.rank(tensor) - 1], tf.int32)], axis=0)
-        tiled = tf.tile(tf.expand_dims(tensor, 1), multiples)
-        return tf.reshape(tiled, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0))
-
-    return tf.nest.map_structure(repeat, nest) if times != 1 else nest
-
-
 def ban_special_tokens(
     scores: tf.Tensor, eos_only: Optional[tf.Tensor] = None, banned_value=NEG_INF
 ) -> tf.Tensor:
@@ -217,10 +192,6 @@ def decode(
         count = tf.shape(searches_kept)[0]
         return fill_to(searches_kept, count, buckets.searches_size(count))
 
-    def take(nest, slots, rows):
-        """``nest``'s decoder rows ``rows`` [slots, width] and per-search parts of ``slots``."""
-        return map_rows(nest, lambda s: tf.gather(s, tf.reshape(rows, [-1])), lambda s: tf.gather(s, slots))
-
     every_search = tf.range(searches)
     initial_slots = slots_of(every_search)
     initial = SearchState(
@@ -234,7 +205,8 @@ def decode(
     )
     if buckets is not None:
         contiguous = tf.expand_dims(initial_slots * width, 1) + tf.range(width)
-        initial = initial._replace(decoder_state=take(initial.decoder_state, initial_slots, contiguous))
+        padded = gather_rows(initial.decoder_state, initial_slots, contiguous)
+        initial = initial._replace(decoder_state=padded)
 
     def body(state: SearchState):
         t = state.step
@@ -269,7 +241,7 @@ def decode(
             return (
                 tf.gather(state.active, keep),
                 tf.reshape(tf.gather(output.tokens, slots), [-1]),
-                take(decoder_state, slots, tf.gather(rows, slots)),
+                gather_rows(decoder_state, slots, tf.gather(rows, slots)),
                 tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
             )
 
