@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from gnmt_tf import GNMT
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
-from gnmt_tf.decoding.buckets import ShapeBuckets
+from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from helpers import random_ids, tiny_model_config
 
 
@@ -99,7 +99,7 @@ def test_buckets_bound_the_step_shapes_and_change_no_output(strategy):
     plain = decode(plain_step, model.initial_state(memory), memory.mask, STRATEGIES[strategy](targets))
     padded = memory.padded_to(buckets.source_size(tf.shape(memory.mask)[1]))
     bucketed = decode(bucketed_step, model.initial_state(padded), padded.mask, STRATEGIES[strategy](targets),
-                      buckets=buckets)
+                      layout=BucketedRows(buckets))
 
     width = 3 if strategy == "beam3" else 1
     allowed_rows = {size * width for size in (1, 2, 4, 8)}  # 8: the multiple of 4 above 7
