@@ -7,7 +7,8 @@ with ``jit_compile=True`` would compile again for almost every request ("compile
 With :class:`ShapeBuckets` the search pads both up to the next bucket size, so the step is
 compiled for at most ``len(searches) * len(source)`` shapes (beyond the largest bucket, to
 multiples of it), and warm-up requests can compile all of them before serving starts
-(:func:`export.warmup.bucket_warmup_requests`).
+(:func:`export.warmup.bucket_warmup_requests`). :class:`BucketedRows` pads the running searches
+(the row layout the decoding loop takes), the caller pads the source (``AttentionMemory.padded_to``).
 
 Padding never changes a real row's outputs: decoder rows are independent, padded searches
 copy a real search's rows and their outputs are dropped, and padded source positions are
@@ -17,9 +18,11 @@ masked out of the attention (their score is the masked constant, their probabili
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Callable, Tuple
 
 import tensorflow as tf
+
+from gnmt_tf.decoding.rows import RowLayout, gather_rows
 
 # Powers of two: padding at most doubles the rows, and each halving of the running searches
 # (as a batch's sentences finish) meets the next smaller bucket.
@@ -79,3 +82,27 @@ def _bucket(sizes: Tuple[int, ...], count) -> tf.Tensor:
 def fill_to(tensor: tf.Tensor, count, size) -> tf.Tensor:
     """The first ``count`` rows of ``tensor``, padded to ``size`` rows by repeating row ``count - 1``."""
     return tf.gather(tensor, tf.minimum(tf.range(size), tf.maximum(count - 1, 0)))
+
+
+@dataclass(frozen=True)
+class BucketedRows(RowLayout):
+    """The running searches padded to ``buckets.searches_size`` of their count, a row layout of
+    :func:`gnmt_tf.decoding.search.decode`: the padded searches repeat the last real one and
+    come after the real ones, and their outputs are cut away before the strategy sees them."""
+
+    buckets: ShapeBuckets
+
+    def pad(self, tensor):
+        count = tf.shape(tensor)[0]
+        return fill_to(tensor, count, self.buckets.searches_size(count))
+
+    def pad_state(self, decoder_state, searches, rows_per_search: int):
+        rows = tf.expand_dims(searches * rows_per_search, 1) + tf.range(rows_per_search)
+        return gather_rows(decoder_state, searches, rows)
+
+    def wrap(self, step_fn: Callable) -> Callable:
+        def step(state, tokens, rows):
+            logits, attention, state = step_fn(state, tokens)
+            return logits[:rows], attention[:rows], state  # the padded searches' rows come last
+
+        return step

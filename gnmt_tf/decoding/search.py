@@ -33,7 +33,13 @@ RL's samples); search ``b * n + k`` is the k-th search of sentence b. A search h
 ``rows_per_search`` decoder rows (the beam width); rows of one search are adjacent.
 A part of the decoder state whose type says ``one_row_per_search`` (the attention
 memory) is shared by a search's rows: it is repeated per search, not per row, and
-gathered only when searches end (:func:`map_rows`).
+gathered only when searches end (:func:`gnmt_tf.decoding.rows.map_rows`).
+
+How the running searches' rows are laid out for ``step_fn`` is the ``layout``'s business
+(:class:`gnmt_tf.decoding.rows.RowLayout`), called at fixed points of the loop: as they
+are, or padded to shape buckets for a compiled step
+(:class:`gnmt_tf.decoding.buckets.BucketedRows`), whose padded rows' outputs the
+strategy never sees.
 
 What a strategy keeps is split in two nests of tensors:
 
@@ -57,7 +63,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf.decoding.buckets import ShapeBuckets, fill_to
+from gnmt_tf.decoding.rows import UNPADDED, RowLayout, gather_rows, map_rows, repeat_rows
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -138,32 +144,6 @@ def output_length_limits(source_mask, max_length_ratio) -> tf.Tensor:
     return tf.maximum(tf.cast(limits, tf.int32), 1)
 
 
-def map_rows(nest, per_row: Callable, per_search: Callable):
-    """``nest`` with ``per_search`` applied to the tensors of its parts that have one row per
-    search (their type's ``one_row_per_search`` is true) and ``per_row`` to all others."""
-    if getattr(type(nest), "one_row_per_search", False):
-        return tf.nest.map_structure(per_search, nest)
-    if isinstance(nest, tuple) and hasattr(nest, "_fields"):
-        return type(nest)(*(map_rows(part, per_row, per_search) for part in nest))
-    if isinstance(nest, (tuple, list)):
-        return type(nest)(map_rows(part, per_row, per_search) for part in nest)
-    if isinstance(nest, dict):
-        return {key: map_rows(part, per_row, per_search) for key, part in nest.items()}
-    return per_row(nest)
-
-
-def repeat_rows(nest, times: int):
-    """Every tensor of ``nest`` [batch, ...] -> [batch * times, ...], each row's copies adjacent."""
-
-    def repeat(tensor):
-        tensor = tf.convert_to_tensor(tensor)
-        multiples = tf.concat([[1, times], tf.ones([tf.rank(tensor) - 1], tf.int32)], axis=0)
-        tiled = tf.tile(tf.expand_dims(tensor, 1), multiples)
-        return tf.reshape(tiled, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0))
-
-    return tf.nest.map_structure(repeat, nest) if times != 1 else nest
-
-
 def ban_special_tokens(
     scores: tf.Tensor, eos_only: Optional[tf.Tensor] = None, banned_value=NEG_INF
 ) -> tf.Tensor:
@@ -185,7 +165,7 @@ def decode(
     source_mask,
     strategy: DecodingStrategy,
     max_length_ratio: float = 2.0,
-    buckets: Optional[ShapeBuckets] = None,
+    layout: RowLayout = UNPADDED,
 ):
     """Run ``strategy`` over ``step_fn`` for a batch of sentences (see the module docstring).
 
@@ -195,53 +175,36 @@ def decode(
         source_mask: bool [batch, S], True at real source positions (EOS included).
         strategy: a :class:`DecodingStrategy`.
         max_length_ratio: a generated output has at most ``ceil(ratio * source length)`` tokens.
-        buckets: pad the running searches to :class:`gnmt_tf.decoding.buckets.ShapeBuckets`'
-            sizes, so that ``step_fn`` sees few distinct shapes (a compiled step); the padded
-            searches repeat a real one and their outputs are dropped before the strategy sees them.
+        layout: how the running searches' decoder rows are laid out for ``step_fn``
+            (:class:`gnmt_tf.decoding.rows.RowLayout`): as they are, or padded to shape buckets so
+            that a compiled step sees few distinct shapes
+            (:class:`gnmt_tf.decoding.buckets.BucketedRows`).
 
     Returns:
         ``strategy.finalize(...)``: the strategy's output type.
     """
-    copies = strategy.searches_per_sentence
-    width = strategy.rows_per_search
+    copies, width = strategy.searches_per_sentence, strategy.rows_per_search
     source_mask = repeat_rows(tf.convert_to_tensor(source_mask, tf.bool), copies)
-    searches = tf.shape(source_mask)[0]
     source_len = tf.shape(source_mask)[1]
     limits = output_length_limits(source_mask, max_length_ratio)
     live, results = strategy.initialize(source_mask, limits)
-
-    def slots_of(searches_kept):
-        """The searches whose decoder rows the loop keeps: ``searches_kept``, padded to its bucket."""
-        if buckets is None:
-            return searches_kept
-        count = tf.shape(searches_kept)[0]
-        return fill_to(searches_kept, count, buckets.searches_size(count))
-
-    def take(nest, slots, rows):
-        """``nest``'s decoder rows ``rows`` [slots, width] and per-search parts of ``slots``."""
-        return map_rows(nest, lambda s: tf.gather(s, tf.reshape(rows, [-1])), lambda s: tf.gather(s, slots))
-
-    every_search = tf.range(searches)
-    initial_slots = slots_of(every_search)
+    step_fn = layout.wrap(step_fn)
+    every_search = tf.range(tf.shape(source_mask)[0])
+    slots = layout.pad(every_search)  # the searches the loop keeps decoder rows for
+    decoder_state = map_rows(initial_state, lambda s: repeat_rows(s, copies * width),
+                             lambda s: repeat_rows(s, copies))
     initial = SearchState(
         step=tf.constant(0),
         active=every_search,
-        tokens=tf.fill([tf.shape(initial_slots)[0] * width], BOS_ID),
-        decoder_state=map_rows(initial_state, lambda s: repeat_rows(s, copies * width),
-                               lambda s: repeat_rows(s, copies)),
+        tokens=tf.fill([tf.shape(slots)[0] * width], BOS_ID),
+        decoder_state=layout.pad_state(decoder_state, slots, width),
         live=live,
         results=results,
     )
-    if buckets is not None:
-        contiguous = tf.expand_dims(initial_slots * width, 1) + tf.range(width)
-        initial = initial._replace(decoder_state=take(initial.decoder_state, initial_slots, contiguous))
 
     def body(state: SearchState):
-        t = state.step
-        n_active = tf.shape(state.active)[0]
-        logits, attention, decoder_state = step_fn(state.decoder_state, state.tokens)
-        if buckets is not None:  # the padded searches' rows come last
-            logits, attention = logits[: n_active * width], attention[: n_active * width]
+        t, n_active = state.step, tf.shape(state.active)[0]
+        logits, attention, decoder_state = step_fn(state.decoder_state, state.tokens, n_active * width)
         vocab = static_or_dynamic_size(logits, -1)
         log_probs = tf.reshape(tf.nn.log_softmax(logits), [n_active, width, vocab])
         limit = tf.gather(limits, state.active)
@@ -249,60 +212,39 @@ def decode(
             last_step = t + 1 >= limit  # [A]
             eos_only = tf.reshape(last_step, [n_active, 1, 1]) if strategy.eos_at_limit else None
             log_probs = ban_special_tokens(log_probs, eos_only)
-        inputs = StepInputs(
-            step=t,
-            log_probs=log_probs,
-            attention=tf.reshape(attention, [n_active, width, source_len]),
-            active=state.active,
-            source_mask=tf.gather(source_mask, state.active),
-            limits=limit,
-        )
+        attention = tf.reshape(attention, [n_active, width, source_len])
+        inputs = StepInputs(step=t, log_probs=log_probs, attention=attention, active=state.active,
+                            source_mask=tf.gather(source_mask, state.active), limits=limit)
         output = strategy.step(inputs, state.live, state.results)
         done = tf.logical_or(output.done, last_step) if strategy.generates else output.done
 
         def remove_done():
             """Reorder the decoder state by the rows kept, then drop the done searches' rows."""
             keep = tf.reshape(tf.where(~done), [-1])
-            slots = slots_of(keep)
+            slots = layout.pad(keep)
             parents = output.parents if output.parents is not None else tf.range(width)
             rows = tf.expand_dims(tf.range(n_active) * width, 1) + parents  # [A, width]
             return (
                 tf.gather(state.active, keep),
                 tf.reshape(tf.gather(output.tokens, slots), [-1]),
-                take(decoder_state, slots, tf.gather(rows, slots)),
+                gather_rows(decoder_state, slots, tf.gather(rows, slots)),
                 tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
             )
 
         def keep_all():
-            tokens = output.tokens
-            if buckets is not None:  # the decoder rows stay padded: so do the tokens fed to them
-                tokens = fill_to(tokens, n_active, buckets.searches_size(n_active))
-            return state.active, tf.reshape(tokens, [-1]), decoder_state, output.live
+            return state.active, tf.reshape(layout.pad(output.tokens), [-1]), decoder_state, output.live
 
         if output.parents is not None:  # the rows are reordered every step anyway
             active, tokens, decoder_state, live = remove_done()
         else:  # rows stay in place: gather only at the steps where a search ended
             active, tokens, decoder_state, live = tf.cond(tf.reduce_any(done), remove_done, keep_all)
-        return (
-            SearchState(
-                step=t + 1, active=active, tokens=tokens, decoder_state=decoder_state, live=live,
-                results=output.results,
-            ),
-        )
+        return (SearchState(t + 1, active, tokens, decoder_state, live, output.results),)
 
-    def condition(state: SearchState):
-        return tf.shape(state.active)[0] > 0
-
-    live_invariants, results_invariants = strategy.shape_invariants(live, results)
-    invariants = SearchState(
-        step=tf.TensorShape([]),
-        active=tf.TensorShape([None]),
-        tokens=tf.TensorShape([None]),
-        decoder_state=tf.nest.map_structure(_any_shape, initial.decoder_state),
-        live=live_invariants,
-        results=results_invariants,
-    )
-    (final,) = tf.while_loop(condition, body, (initial,), shape_invariants=(invariants,))
+    invariants = SearchState(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
+                             tf.nest.map_structure(_any_shape, initial.decoder_state),
+                             *strategy.shape_invariants(live, results))
+    (final,) = tf.while_loop(lambda state: tf.shape(state.active)[0] > 0, body, (initial,),
+                             shape_invariants=(invariants,))
     return strategy.finalize(final.results, source_mask)
 
 

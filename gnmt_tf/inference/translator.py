@@ -54,7 +54,7 @@ import tensorflow as tf
 from gnmt_tf.config import DecodingConfig
 from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
-from gnmt_tf.decoding.buckets import ShapeBuckets
+from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
@@ -250,7 +250,7 @@ class TranslatorModule(tf.Module):
                 source_length = tf.shape(memory.mask)[1]
                 padded = memory.padded_to(buckets.source_size(source_length))
                 output = decode(step_fn, self.model.initial_state(padded), padded.mask, strategy,
-                                max_length_ratio=self.decoding.max_length_ratio, buckets=buckets)
+                                max_length_ratio=self.decoding.max_length_ratio, layout=BucketedRows(buckets))
                 return _without_padded_source(output, source_length)
 
             def run_shortlisted():

@@ -2,8 +2,8 @@
 
 * The bucket sizes against a brute-force rule in Python.
 * With buckets, every step runs at a bucket's row count (the count of distinct step shapes
-  is bounded by the buckets, not by how searches end), and beam search, greedy search and
-  forced scoring give the same outputs as without (float rounding).
+  is bounded by the buckets, not by how searches end), and beam search, greedy search,
+  sampling (the same seed) and forced scoring give the same outputs as without (float rounding).
 * A memory padded with masked source positions attends exactly as before.
 * A translator pads only its searches over the whole softmax (the compiled ones), not a
   shortlisted search, whose step is never compiled.
@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import GNMT
-from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
-from gnmt_tf.decoding.buckets import ShapeBuckets
+from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, RandomSampling, decode
+from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from helpers import random_ids, tiny_model_config
 
 
@@ -83,6 +83,7 @@ class RecordingStep:
 STRATEGIES = {
     "beam3": lambda targets: BeamSearch(3, alpha=0.6, beta=0.2, beamsize=3.0, n_best=2, return_attention=True),
     "greedy": lambda targets: GreedySearch(),
+    "sampling": lambda targets: RandomSampling(2, seed=5),
     "scoring": lambda targets: ForcedScoring(targets, alpha=0.4, beta=0.3, return_attention=True),
 }
 
@@ -96,13 +97,15 @@ def test_buckets_bound_the_step_shapes_and_change_no_output(strategy):
     buckets = ShapeBuckets(searches=(1, 2, 4), source=(4, 16))  # 7 sentences: beyond the largest bucket too
     memory = model.encode(source, training=False)
     plain_step, bucketed_step = RecordingStep(model), RecordingStep(model)
+    tf.random.set_seed(9)  # each run draws the same samples
     plain = decode(plain_step, model.initial_state(memory), memory.mask, STRATEGIES[strategy](targets))
     padded = memory.padded_to(buckets.source_size(tf.shape(memory.mask)[1]))
+    tf.random.set_seed(9)
     bucketed = decode(bucketed_step, model.initial_state(padded), padded.mask, STRATEGIES[strategy](targets),
-                      buckets=buckets)
+                      layout=BucketedRows(buckets))
 
     width = 3 if strategy == "beam3" else 1
-    allowed_rows = {size * width for size in (1, 2, 4, 8)}  # 8: the multiple of 4 above 7
+    allowed_rows = {size * width for size in (1, 2, 4, 8, 12, 16)}  # beyond 4: multiples of 4
     assert {rows for rows, _ in bucketed_step.shapes} <= allowed_rows
     assert {length for _, length in bucketed_step.shapes} == {16}
     assert len(bucketed_step.shapes) == len(plain_step.shapes)  # the same steps, only padded

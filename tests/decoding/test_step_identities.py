@@ -17,7 +17,7 @@ import tensorflow as tf
 from gnmt_tf import GNMT
 from gnmt_tf import model_files
 from gnmt_tf.decoding import BeamSearch, GreedySearch, decode
-from gnmt_tf.decoding.search import map_rows
+from gnmt_tf.decoding.rows import map_rows
 from gnmt_tf.inference.translator import Translator
 from gnmt_tf.quantization import Int8Weights
 from helpers import random_ids, tiny_model_config
