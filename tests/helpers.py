@@ -142,3 +142,11 @@ def load_benchmark(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def package_metadata():
+    """What setup.py gives setup() (name, extras, entry points, ...), as setuptools reads it before any command."""
+    import setuptools  # noqa: F401  (makes ``distutils`` setuptools' own, also where Python has none)
+    from distutils.core import run_setup
+
+    return run_setup(os.path.join(ROOT, "setup.py"), stop_after="init")

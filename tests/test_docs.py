@@ -28,7 +28,14 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import pytest
 
-from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, number_word_pairs, run_in_process, run_side_by_side
+from helpers import (
+    ENGLISH_NUMBERS,
+    FRENCH_NUMBERS,
+    number_word_pairs,
+    package_metadata,
+    run_in_process,
+    run_side_by_side,
+)
 from conftest import NUMBER_MODEL_STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -231,6 +238,12 @@ def test_documented_command_lines_parse(command):
         except SystemExit as stop:
             if stop.code != 0:  # --help exits 0
                 pytest.fail(f"{command.page}: python -m {command.key}: {errors.getvalue().strip()}")
+
+
+def test_the_readme_names_every_console_script():
+    scripts = {entry.split(" = ")[0] for entry in package_metadata().entry_points["console_scripts"]}
+    named = set(re.findall(r"`(gnmt-[a-z]+)`", open(PAGES[0], encoding="utf-8").read()))
+    assert named == scripts
 
 
 def test_documented_scripts_exist():
