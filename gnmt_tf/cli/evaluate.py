@@ -22,9 +22,9 @@ def add_arguments(parser) -> None:
         "--test", required=True,
         help="test pairs: a TSV file (source<TAB>target, .gz accepted) or 'SRC_FILE,TGT_FILE'",
     )
+    common.add_translator_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--hypotheses", default=None, help="also write the translations to this file")
-    common.add_translator_arguments(parser)
 
 
 def evaluate(args) -> int:

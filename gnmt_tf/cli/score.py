@@ -21,9 +21,9 @@ from gnmt_tf.cli.scaffold import Command
 
 
 def add_arguments(parser) -> None:
+    common.add_translator_arguments(parser, search=False)
     common.add_input_output_arguments(parser, "SOURCE<TAB>TRANSLATION lines", "the scores")
     common.add_plot_attention_argument(parser, "each pair")
-    common.add_translator_arguments(parser, search=False)
 
 
 def read_pairs(lines):

@@ -24,6 +24,7 @@ from gnmt_tf.cli.scaffold import Command
 
 
 def add_arguments(parser) -> None:
+    common.add_translator_arguments(parser)
     common.add_input_output_arguments(parser, "source sentences, one per line", "translations")
     parser.add_argument("--n-best", type=int, default=1, help="translations per sentence (default: 1)")
     parser.add_argument(
@@ -31,7 +32,6 @@ def add_arguments(parser) -> None:
         help="lines read, sorted by length and translated at a time (default: 1000)",
     )
     common.add_plot_attention_argument(parser, "each line's best translation")
-    common.add_translator_arguments(parser)
 
 
 def translate(args) -> int:
