@@ -41,6 +41,23 @@ EXTRAS_REQUIRE = {
     ],
 }
 
+# One console script per command, with a common prefix, as fairseq (fairseq-train, fairseq-generate) and
+# OpenNMT-tf (onmt-main, onmt-build-vocab) ship theirs; `python -m MODULE` runs the same command
+# (gnmt_tf/cli/scaffold.py).
+CONSOLE_SCRIPTS = [
+    "gnmt-train = gnmt_tf.cli.train:main",
+    "gnmt-translate = gnmt_tf.cli.translate:main",
+    "gnmt-evaluate = gnmt_tf.cli.evaluate:main",
+    "gnmt-score = gnmt_tf.cli.score:main",
+    "gnmt-average = gnmt_tf.cli.average:main",
+    "gnmt-shortlist = gnmt_tf.cli.shortlist:main",
+    "gnmt-report = gnmt_tf.cli.report:main",
+    "gnmt-summary = gnmt_tf.cli.summary:main",
+    "gnmt-export = export.__main__:main",
+    "gnmt-serve = serving.server:main",
+    "gnmt-client = serving.client:main",
+]
+
 setup(
     name="gnmt_tf",
     version=read_version(),
@@ -61,6 +78,7 @@ setup(
     },
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

@@ -4,29 +4,29 @@ Writes BASE/NAME/<version>/ (TF Serving's layout; the version defaults to the
 next free integer) with tokenization, beam search and detokenization inside the
 graph, checks that the export translates like the model, and only then moves
 it into place.
+
+Exit status: 0 exported; 2 a usage error, or a model directory or config that
+cannot be used (nothing was attempted); 1 the export could not be made or does
+not translate like the model (nothing was written).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
-from gnmt_tf.model_files import CHECKPOINT_CHOICES
+from gnmt_tf.cli.common import (
+    add_beam_width_argument,
+    add_checkpoint_argument,
+    add_model_dir_argument,
+    add_shortlist_argument,
+)
+from gnmt_tf.cli.scaffold import Command, UsageError
 
 FORMATS = ("saved_model", "tflite")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m export",
-        epilog="examples:\n"
-        "  python -m export --model-dir runs/en-fr --output models/gnmt --format saved_model\n"
-        "  python -m export --model-dir runs/en-fr --output models/gnmt_tflite --format tflite --quantize int8",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+def add_arguments(parser) -> None:
+    add_model_dir_argument(parser)
     parser.add_argument("--output", required=True, metavar="BASE/NAME", help="model base path; versions go below it")
     parser.add_argument("--format", required=True, help=f"artifact format: {', '.join(FORMATS)}")
     parser.add_argument(
@@ -34,9 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="int8: eq. 12 weights (one scale per output unit), checked against the float model's dev BLEU",
     )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
-    parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
-                        help="which checkpoint of the model directory to export (default: %(default)s)")
-    parser.add_argument("--beam-width", type=int, default=None, help="beam width built into the export")
+    add_checkpoint_argument(parser)
     parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
     parser.add_argument(
         "--bleu-tolerance", type=float, default=0.5,
@@ -51,12 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
         "or int8 x int8 with int32 accumulation as in section 6",
     )
     parser.add_argument(
-        "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
-        help="whether the export decodes with the model directory's vocabulary shortlist by default "
-        "(the SavedModel's translate_with_shortlist signatures switch it per request; a TFLite model "
-        "has only this setting). Default: decoding.use_shortlist of the model's config",
-    )
-    parser.add_argument(
         "--xla", action="store_true",
         help="saved_model: compile the decoding step with XLA, at a fixed set of padded shapes that the "
         "warm-up requests compile before serving (TF Serving then needs --xla_cpu_compilation_enabled)",
@@ -67,16 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
         "decoding step gathers a row instead of a product (faster; the table adds vocabulary x 4 x units "
         "numbers to the artifact). Default: on for saved_model, off for tflite",
     )
-    add_verbose_argument(parser)
-    return parser
+    built_in = parser.add_argument_group(
+        "decoding built into the export",
+        "alpha, beta and beamsize (the pruning margin) are inputs of each request;\n"
+        "the signatures' defaults are the config's",
+    )
+    add_beam_width_argument(built_in)
+    add_shortlist_argument(
+        built_in, "the export's default (its translate_with_shortlist signatures switch it per request; a "
+        "TFLite model has only this); default: decoding.use_shortlist of the model's config")
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    start_tensorflow(args.verbose)
+def export_model(args) -> int:
     from export.exporters import ExportError, ExportRequest, export, validate_request
-    from gnmt_tf.config import ConfigError
-    from gnmt_tf.model_files import ModelDirError
 
     request = ExportRequest(
         model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
@@ -87,16 +82,22 @@ def main(argv=None) -> int:
     )
     try:
         validate_request(request, args.format)
-    except ExportError as err:  # a usage error: nothing was attempted
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    try:
-        export(request, args.format)
-    except (ExportError, ModelDirError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    except ExportError as err:  # nothing was attempted
+        raise UsageError(str(err)) from None
+    export(request, args.format)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _exit_statuses():
+    from export.exporters import ExportError
+
+    return {ExportError: 1}
+
+
+COMMAND = Command(
+    "export", "gnmt-export", __doc__, add_arguments, export_model, exit_statuses=_exit_statuses,
+    examples=("--model-dir runs/en-fr --output serving_models/gnmt --format saved_model",
+              "--model-dir runs/en-fr --output tflite_models/gnmt --format tflite --quantize int8"),
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser
+COMMAND.run_if_main(__name__)

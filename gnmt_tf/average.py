@@ -1,8 +1,5 @@
-"""``python -m gnmt_tf.average``: the command is :mod:`gnmt_tf.cli.average`."""
+"""``python -m gnmt_tf.average`` runs the command of :mod:`gnmt_tf.cli.average`."""
 
-import sys
+from gnmt_tf.cli.average import COMMAND
 
-from gnmt_tf.cli.average import build_parser, main  # noqa: F401  (build_parser: the documented interface)
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND.run_if_main(__name__)

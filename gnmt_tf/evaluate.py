@@ -1,8 +1,5 @@
-"""``python -m gnmt_tf.evaluate``: the command is :mod:`gnmt_tf.cli.evaluate`."""
+"""``python -m gnmt_tf.evaluate`` runs the command of :mod:`gnmt_tf.cli.evaluate`."""
 
-import sys
+from gnmt_tf.cli.evaluate import COMMAND
 
-from gnmt_tf.cli.evaluate import build_parser, main  # noqa: F401  (build_parser: the documented interface)
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND.run_if_main(__name__)

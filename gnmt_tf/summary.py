@@ -1,8 +1,5 @@
-"""``python -m gnmt_tf.summary``: the command is :mod:`gnmt_tf.cli.summary`."""
+"""``python -m gnmt_tf.summary`` runs the command of :mod:`gnmt_tf.cli.summary`."""
 
-import sys
+from gnmt_tf.cli.summary import COMMAND
 
-from gnmt_tf.cli.summary import build_parser, main  # noqa: F401  (build_parser: the documented interface)
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND.run_if_main(__name__)

@@ -1,8 +1,5 @@
-"""``python -m gnmt_tf.train``: the command is :mod:`gnmt_tf.cli.train`."""
+"""``python -m gnmt_tf.train`` runs the command of :mod:`gnmt_tf.cli.train`."""
 
-import sys
+from gnmt_tf.cli.train import COMMAND
 
-from gnmt_tf.cli.train import build_parser, main  # noqa: F401  (build_parser: the documented interface)
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND.run_if_main(__name__)

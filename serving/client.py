@@ -32,7 +32,6 @@ A model exported with a vocabulary shortlist takes ``use_shortlist`` per request
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import sys
@@ -42,8 +41,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
-from gnmt_tf.decoding.options import check_search_option, search_option_argument
+from gnmt_tf.cli.common import add_search_option_arguments, add_shortlist_argument, positive_int
+from gnmt_tf.cli.scaffold import Command, start_tensorflow
+from gnmt_tf.decoding.options import SEARCH_OPTIONS, check_search_option
 
 
 class ServingRequestError(RuntimeError):
@@ -346,15 +346,7 @@ def _decode_strings(values):
 
 
 # ------------------------------------------------------------------------------------ CLI
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m serving.client",
-        description="Translate stdin (one sentence per line) through TF Serving's REST or gRPC API.",
-        epilog="examples:\n"
-        "  echo 'Open the file' | python -m serving.client --rest http://localhost:8501 --model gnmt\n"
-        "  python -m serving.client --grpc localhost:8500 --model gnmt --status",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--rest", metavar="URL", help="REST endpoint, e.g. http://localhost:8501")
     where.add_argument("--grpc", metavar="HOST:PORT", help="gRPC endpoint, e.g. localhost:8500")
@@ -364,64 +356,68 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--status", action="store_true", help="print the model's version status as JSON")
     what.add_argument("--metadata", action="store_true", help="print the model's signatures as JSON")
     what.add_argument("--nbest", action="store_true", help="print n-best lists as JSON lines")
-    parser.add_argument("--alpha", type=search_option_argument("alpha"),
-                        help="length normalization alpha (eq. 14; with --beta, --beamsize); finite, >= 0")
-    parser.add_argument("--beta", type=search_option_argument("beta"),
-                        help="coverage penalty beta (eq. 14); finite, >= 0")
-    parser.add_argument("--beamsize", type=search_option_argument("beamsize"),
-                        help="pruning margin (section 7); finite, >= 0; 1e9 never prunes")
-    parser.add_argument("--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
-                        help="decode with (--no-shortlist: without) the vocabulary shortlist of a model exported "
-                        "with one; without --nbest it needs --alpha, --beta and --beamsize "
-                        "(default: the model's setting)")
+    search = parser.add_argument_group(
+        "beam search", "--alpha, --beta and --beamsize go together (translate_with_options), or none of\n"
+        "them (the model's defaults); with --nbest they default to 0.2, 0.2 and 3",
+    )
+    add_search_option_arguments(search)
+    add_shortlist_argument(search, "without --nbest it needs --alpha, --beta and --beamsize; default: the "
+                                   "setting the model was exported with")
     parser.add_argument("--scores", action="store_true", help="print 'score<TAB>translation'")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per request (default: %(default)s)")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="sentences per request (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
     parser.add_argument("--retries", type=int, default=3, help="retries when unavailable (default: %(default)s)")
-    add_verbose_argument(parser)
-    return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def check(parser, args) -> None:
     if args.use_shortlist is not None and not args.nbest and None in (args.alpha, args.beta, args.beamsize):
         parser.error("--shortlist and --no-shortlist need --alpha, --beta and --beamsize (or --nbest)")
-    if args.batch_size < 1:
-        print("error: --batch-size must be at least 1", file=sys.stderr)
-        return 2
-    if not args.rest:  # the gRPC protos come with TensorFlow; REST needs neither
-        start_tensorflow(args.verbose)
-    try:
-        if args.rest:
-            client = RestClient(args.rest, args.model, timeout=args.timeout, retries=args.retries)
-        else:
-            client = GrpcClient(args.grpc, args.model, timeout=args.timeout, retries=args.retries)
-        if args.status:
-            print(json.dumps(client.status(args.version), indent=2))
-            return 0
-        if args.metadata:
-            print(json.dumps(client.metadata(args.version), indent=2))
-            return 0
-        sentences = [line.rstrip("\n") for line in sys.stdin]
-        for start in range(0, len(sentences), args.batch_size):
-            batch = sentences[start : start + args.batch_size]
-            if args.nbest:
-                options = {k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("beamsize", args.beamsize))
-                           if v is not None}
-                for entries in client.translate_nbest(batch, version=args.version, use_shortlist=args.use_shortlist,
-                                                      **options):
-                    print(json.dumps([e.__dict__ for e in entries], ensure_ascii=False))
-                continue
-            for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version,
-                                           use_shortlist=args.use_shortlist):
-                print(f"{result.score:.4f}\t{result.text}" if args.scores else result.text)
-            sys.stdout.flush()
-    except (ServingRequestError, ValueError, TypeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+
+
+def translate_stdin(args) -> int:
+    if args.rest:
+        client = RestClient(args.rest, args.model, timeout=args.timeout, retries=args.retries)
+    else:
+        start_tensorflow(args.verbose)  # the gRPC protos come with TensorFlow
+        client = GrpcClient(args.grpc, args.model, timeout=args.timeout, retries=args.retries)
+    if args.status:
+        print(json.dumps(client.status(args.version), indent=2))
+        return 0
+    if args.metadata:
+        print(json.dumps(client.metadata(args.version), indent=2))
+        return 0
+    sentences = [line.rstrip("\n") for line in sys.stdin]
+    for start in range(0, len(sentences), args.batch_size):
+        batch = sentences[start : start + args.batch_size]
+        if args.nbest:
+            given = {name: getattr(args, name) for name in SEARCH_OPTIONS if getattr(args, name) is not None}
+            for entries in client.translate_nbest(batch, version=args.version,
+                                                  use_shortlist=args.use_shortlist, **given):
+                print(json.dumps([e.__dict__ for e in entries], ensure_ascii=False))
+            continue
+        for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version,
+                                       use_shortlist=args.use_shortlist):
+            print(f"{result.score:.4f}\t{result.text}" if args.scores else result.text)
+        sys.stdout.flush()
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = """``python -m serving.client`` (gnmt-client): the serving client's command line.
+
+Translate stdin (one sentence per line) through TF Serving's REST or gRPC API.
+
+Exit status: 0 done; 2 a usage error (nothing was sent); 1 the server refused a request or
+did not answer.
+"""
+
+COMMAND = Command(
+    "serving.client", "gnmt-client", HELP, add_arguments, translate_stdin, check=check,
+    starts_tensorflow=False,  # REST needs no TensorFlow; translate_stdin starts it for gRPC
+    # ValueError: what the client refuses before sending (a search option, an empty model name, a timeout).
+    exit_statuses=lambda: {ServingRequestError: 1, ValueError: 2},
+    examples=("--rest http://localhost:8501 --model gnmt < in.txt",
+              "--grpc localhost:8500 --model gnmt --status"),
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser
+COMMAND.run_if_main(__name__)

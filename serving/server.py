@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.cli.scaffold import Command, start_tensorflow
 from serving.config import (
     BatchingOptions,
     Limits,
@@ -189,25 +189,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m serving.server",
-        description="Serve exported GNMT SavedModels over TF Serving's gRPC and REST APIs "
-                    "(a stand-in for tensorflow_model_server; same flags for what it supports).",
-        epilog=(
-            "examples:\n"
-            "  python -m serving.server --model_name gnmt --model_base_path serving_models/gnmt\n"
-            "  python -m serving.server --model_config_file models.config --enable_batching \\\n"
-            "      --batching_parameters_file batching.config\n\n"
-            "Differences from tensorflow_model_server: binds 127.0.0.1 unless --grpc_host/--rest_api_host say\n"
-            "otherwise (the real server binds 0.0.0.0); refuses requests over the --max_* limits with\n"
-            "INVALID_ARGUMENT / HTTP 400 (413 for a REST body over --max_request_bytes); drains on SIGTERM/SIGINT\n"
-            "(in-flight requests finish, at most --shutdown_grace_seconds, then exit 0; a second Ctrl-C exits at\n"
-            "once). Serves the latest version of each model by default (a request for another version gets\n"
-            "NOT_FOUND / 404); model_version_policy and version_labels of --model_config_file are honoured."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     tf_serving = parser.add_argument_group("tensorflow_model_server flags")
     tf_serving.add_argument("--port", type=int, default=8500, help="gRPC port (default: %(default)s; 0: a free port)")
     tf_serving.add_argument("--rest_api_port", type=int, default=8501,
@@ -252,8 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="largest REST body / gRPC message (default: %(default)s, gRPC's default limit)")
     ours.add_argument("--shutdown_grace_seconds", type=float, default=20.0,
                       help="on SIGTERM/SIGINT, how long in-flight requests may still run (default: %(default)s)")
-    add_verbose_argument(parser)
-    return parser
 
 
 def configure(args) -> dict:
@@ -287,13 +267,8 @@ def configure(args) -> dict:
     )
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        options = configure(args)
-    except ServingConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def serve(args) -> int:
+    options = configure(args)  # before TensorFlow starts: a bad flag is answered at once
     start_tensorflow(args.verbose)
     log = stderr_log
     if args.model_config_file and (args.model_base_path or args.model_name != "default"):
@@ -338,5 +313,30 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+HELP = """``python -m serving.server`` (gnmt-serve): the local model server's command line.
+
+Serve exported GNMT SavedModels over TF Serving's gRPC and REST APIs (a stand-in for
+tensorflow_model_server; same flags for what it supports).
+
+Differences from tensorflow_model_server: binds 127.0.0.1 unless --grpc_host/--rest_api_host
+say otherwise (the real server binds 0.0.0.0); refuses requests over the --max_* limits with
+INVALID_ARGUMENT / HTTP 400 (413 for a REST body over --max_request_bytes); drains on
+SIGTERM/SIGINT (in-flight requests finish, at most --shutdown_grace_seconds, then exit 0; a
+second Ctrl-C exits at once). Serves the latest version of each model by default (a request for
+another version gets NOT_FOUND / 404); model_version_policy and version_labels of
+--model_config_file are honoured.
+
+Exit status: 0 drained and stopped; 2 a bad flag or config file; 1 a model or port that could not
+be served at start, or a second Ctrl-C.
+"""
+
+COMMAND = Command(
+    "serving.server", "gnmt-serve", HELP, add_arguments, serve, starts_tensorflow=False,
+    exit_statuses=lambda: {ServingConfigError: 2},
+    examples=(
+        "--model_name gnmt --model_base_path serving_models/gnmt",
+        "--model_config_file models.config --enable_batching --batching_parameters_file batching.config",
+    ),
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser
+COMMAND.run_if_main(__name__)

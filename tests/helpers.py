@@ -89,7 +89,7 @@ def run_side_by_side(*commands, env=None, timeout=300):
 
 
 def run_in_process(argv, stdin=None):
-    """Run ``[python, "-m", MODULE, *args]`` as ``MODULE.main(args)`` in this process.
+    """Run ``[python, "-m", MODULE, *args]`` as ``MODULE.COMMAND.main(args)`` in this process.
 
     For command runs whose subject is the command's work, not the process (signals, start-up
     lines, a fresh interpreter): it spares a TensorFlow start (~6 s of CPU) per run. Returns a
@@ -108,7 +108,8 @@ def run_in_process(argv, stdin=None):
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
-                code = importlib.import_module(f"{module}.__main__" if module == "export" else module).main(args)
+                python_m = importlib.import_module(f"{module}.__main__" if module == "export" else module)
+                code = python_m.COMMAND.main(args)
             except SystemExit as exit:  # argparse's usage errors
                 code = exit.code
     finally:
@@ -141,3 +142,11 @@ def load_benchmark(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def package_metadata():
+    """What setup.py gives setup() (name, extras, entry points, ...), as setuptools reads it before any command."""
+    import setuptools  # noqa: F401  (makes ``distutils`` setuptools' own, also where Python has none)
+    from distutils.core import run_setup
+
+    return run_setup(os.path.join(ROOT, "setup.py"), stop_after="init")

@@ -1,7 +1,7 @@
 """The documentation cannot rot: its commands parse and run, its Python runs, and both give what they promise.
 
 Every ``python -m MODULE ...`` of README.md and docs/*.md (in ```sh blocks, and in inline code
-spans with arguments) is parsed with that module's ``build_parser()``, so a renamed or removed
+spans with arguments) is parsed with that command's parser, so a renamed or removed
 flag fails here. Then every one that can run in seconds runs, side by side, in a copy of the docs'
 world laid out in a temporary directory: ``runs/en-fr`` is a copy of the session's trained number
 model (English digit words -> French), ``in.txt`` holds number sentences, ``serving_models/``,
@@ -22,13 +22,21 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import pytest
 
-from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS, number_word_pairs, run_in_process, run_side_by_side
+from helpers import (
+    ENGLISH_NUMBERS,
+    FRENCH_NUMBERS,
+    number_word_pairs,
+    package_metadata,
+    run_in_process,
+    run_side_by_side,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -116,7 +124,7 @@ FRAGMENTS = {
 
 # Documented commands that are only parsed here, and why they cannot run in seconds.
 PARSE_ONLY = {
-    "pytest -q": "the test suite itself",
+    "pytest -q": "the test suite itself: test_the_readme_test_command_collects_the_suite collects it",
     "gnmt_tf.train": "trains the small config on the gettext catalogs for ten minutes",
     "gnmt_tf.train --target-lang de": "trains the small config on the gettext catalogs for ten minutes",
     "gnmt_tf.train --set model.units=128 --max-steps 200": "200 steps of the small config: minutes",
@@ -216,18 +224,57 @@ def test_every_documented_command_is_run_or_says_why_not():
     assert len(RUN_HERE) >= 14  # translate x4, evaluate, export x2, average, report, server, client x3, --help x2
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c.key not in FRAGMENTS],
-                         ids=[f"{c.page}:{c.key[:60]}" for c in COMMANDS if c.key not in FRAGMENTS])
+# The documented commands of this project (pytest's line: test_the_readme_test_command_collects_the_suite).
+OURS = [c for c in COMMANDS if c.key not in FRAGMENTS and c.module != "pytest"]
+
+
+@pytest.mark.parametrize("command", OURS, ids=[f"{c.page}:{c.key[:60]}" for c in OURS])
 def test_documented_command_lines_parse(command):
-    if command.module == "pytest":
-        return
     module = importlib.import_module(f"{command.module}.__main__" if command.module == "export" else command.module)
+    # export.serving_runtime also runs in TF Serving's runtime, without gnmt_tf: a parser of its own.
+    build_parser = module.COMMAND.build_parser if hasattr(module, "COMMAND") else module.build_parser
     with contextlib.redirect_stderr(io.StringIO()) as errors, contextlib.redirect_stdout(io.StringIO()):
         try:
-            module.build_parser().parse_args(list(command.args))
+            build_parser().parse_args(list(command.args))
         except SystemExit as stop:
             if stop.code != 0:  # --help exits 0
                 pytest.fail(f"{command.page}: python -m {command.key}: {errors.getvalue().strip()}")
+
+
+def test_the_readme_test_command_collects_the_suite():
+    """The README's test command (what .ci/run runs on a fresh machine): its install names extras that
+    setup.py defines, with pytest and the plugin pyproject.toml's pytest options need; pyproject.toml
+    points pytest at tests/, and the command's pytest line collects every test file there (collected
+    here, not run)."""
+    [command] = re.findall(r"^<!-- test-command -->\n```sh\n(.*)\n```", open(PAGES[0], encoding="utf-8").read(),
+                           flags=re.M)
+    install, run = command.split(" && ")
+    [extra] = re.fullmatch(r'pip install -e "\.\[(\w+)\]"', install).groups()
+    requirements = {re.split(r"[<>=!~\[ ]", line)[0] for line in package_metadata().extras_require[extra]}
+    assert "pytest" in requirements
+    pytest_config = re.search(r"^\[tool\.pytest\.ini_options\]\n(.*?)(?:^\[|\Z)",
+                              open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read(), flags=re.S | re.M)
+    assert pytest_config and re.search(r'^testpaths = \["tests"\]$', pytest_config.group(1), flags=re.M)
+    if re.search(r"^addopts = .*-n \d", pytest_config.group(1), flags=re.M):
+        assert "pytest-xdist" in requirements  # the plugin that reads -n
+    words = shlex.split(run)
+    assert words[:3] == ["python", "-m", "pytest"]
+    # One process (-n 0 after the config's -n): the collection is the check, not the workers.
+    collected = subprocess.run([sys.executable, *words[1:], "--collect-only", "-n", "0", "-p", "no:cacheprovider"],
+                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    files = {line.split("::")[0] for line in collected.stdout.splitlines() if "::" in line}
+    with_tests = {os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"),
+                                                                     recursive=True)
+                  if re.search(r"^def test_", open(path, encoding="utf-8").read(), flags=re.M)}
+    assert files == with_tests and "tests/test_docs.py::test_the_readme_test_command_collects_the_suite" in \
+        collected.stdout.splitlines()
+
+
+def test_the_readme_names_every_console_script():
+    scripts = {entry.split(" = ")[0] for entry in package_metadata().entry_points["console_scripts"]}
+    named = set(re.findall(r"`(gnmt-[a-z]+)`", open(PAGES[0], encoding="utf-8").read()))
+    assert named == scripts
 
 
 def test_documented_scripts_exist():

@@ -12,12 +12,11 @@ a weight to average but the clipping the weights were trained under.
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from typing import Callable, List, Tuple
 
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.cli.common import add_model_dir_argument
+from gnmt_tf.cli.scaffold import Command
 
 
 def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
@@ -75,33 +74,19 @@ def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = 
     return path, paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.average",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+def add_arguments(parser) -> None:
+    add_model_dir_argument(parser)
     parser.add_argument("--last", type=int, default=3,
                         help="how many of the newest checkpoints to average (default: %(default)s)")
-    add_verbose_argument(parser)
-    return parser
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    start_tensorflow(args.verbose)
-    from gnmt_tf.model_files import ModelDirError
-
-    try:
-        path, paths = average_checkpoints(args.model_dir, args.last)
-    except ModelDirError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def average(args) -> int:
+    path, paths = average_checkpoints(args.model_dir, args.last)
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)}) into {path}")
     print("use it with --checkpoint averaged (translate, evaluate, export)")
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("gnmt_tf.average", "gnmt-average", __doc__, add_arguments, average,
+                  examples=("--model-dir runs/en-fr --last 3",))
+main, build_parser = COMMAND.main, COMMAND.build_parser

@@ -1,68 +1,89 @@
-"""What the command lines share: a quiet TensorFlow start, ``--verbose``, the training data, and the model and search options.
+"""The options several commands share, and what they do with them: model directory, checkpoint, batching,
+beam search, training data, input and output files.
 
-TensorFlow's C++ side prints its start-up lines (CUDA libraries not found, cuInit
-failing on a machine without a GPU, the CPU features it was built for) through absl
-before it reads its own log level, ``TF_CPP_MIN_LOG_LEVEL``, so setting that variable
-does not hide them; on a CPU machine they are a screen of noise before any line of
-ours. :func:`start_tensorflow` imports TensorFlow and initialises its devices with
-file descriptor 2 pointed at a temporary file, and shows what was captured only if
-the start fails. ``--verbose``, or a ``TF_CPP_MIN_LOG_LEVEL`` the user set, shows
-everything, as TensorFlow prints it.
+Each option is declared once here, with one help text; how a command runs is :mod:`gnmt_tf.cli.scaffold`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
-import tempfile
 
-from gnmt_tf.decoding.options import search_option_argument
+from gnmt_tf.cli.scaffold import UsageError
+from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_argument
 from gnmt_tf.model_files import CHECKPOINT_CHOICES
 
-LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+MODEL_DIR_HELP = "a model directory written by gnmt-train (python -m gnmt_tf.train)"
+SEARCH_OPTION_HELP = {
+    "alpha": "length normalization strength of eq. 14; finite, >= 0",
+    "beta": "coverage penalty strength of eq. 14; finite, >= 0",
+    "beamsize": "the paper's beamsize (section 7): a pruning margin in log probability, not the number of "
+    "hypotheses kept (the beam width); a token more than this below the best token of its hypothesis is not "
+    "expanded, and a live hypothesis more than this below the best finished one is dropped; finite, >= 0; "
+    "0 keeps only what ties with the best, 1e9 never prunes",
+}
 
 
-def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 ("argument --batch-size: must be an integer >= 1, got 0")."""
+    value = int(text)  # not an integer: argparse's own "invalid int value: 'x'"
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+positive_int.__name__ = "int"  # the word argparse uses in "invalid int value"
+
+
+def add_model_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model-dir``, the trained model a command reads."""
+    parser.add_argument("--model-dir", required=True, help=MODEL_DIR_HELP)
+
+
+def add_checkpoint_argument(parser) -> None:
     parser.add_argument(
-        "--verbose", action="store_true",
-        help=f"also show TensorFlow's own start-up and log lines (hidden by default; setting "
-        f"{LOG_LEVEL_VARIABLE} shows them too)",
+        "--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
+        help="which checkpoint of the model directory: best by dev BLEU (default), the latest, or the "
+        "average of the last ones that gnmt-average writes",
     )
 
 
-def start_tensorflow(verbose: bool = False) -> None:
-    """Import TensorFlow, tensorflow-text and tf-keras, hiding their start-up lines unless ``verbose``.
+def check_new_directory(flag: str, path) -> None:
+    """A directory the command will create (or add to): refused if a file is in its place."""
+    if path and os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path} exists and is not a directory")
 
-    Call it once, first thing after parsing the arguments: the lines are printed at the
-    first import and at the first device query, which is why both happen here.
-    """
-    if verbose or LOG_LEVEL_VARIABLE in os.environ:
-        import tensorflow  # noqa: F401  (its lines go where TensorFlow sends them)
 
-        return
-    os.environ[LOG_LEVEL_VARIABLE] = "2"  # warnings and errors of later C++ code, no info lines
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
-            import tensorflow_text  # noqa: F401  (registers the wordpiece ops)
-            import tf_keras  # noqa: F401
+def add_input_output_arguments(parser: argparse.ArgumentParser, lines: str, results: str) -> None:
+    """``--input`` (default: stdin) and ``--output`` (default: stdout), for :func:`open_text`."""
+    parser.add_argument("--input", default=None, help=f"file of {lines} (default: stdin)")
+    parser.add_argument("--output", default=None, help=f"where {results} go (default: stdout)")
 
-            # Finds the platforms (the cuInit line comes here) without creating the logical devices,
-            # which --logical-cpus may still split.
-            tf.config.list_physical_devices()
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode("utf-8", errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-    tf.get_logger().setLevel("ERROR")  # TensorFlow's Python-side deprecation and retracing notices
+
+def add_plot_attention_argument(parser: argparse.ArgumentParser, of: str) -> None:
+    parser.add_argument(
+        "--plot-attention", default=None, metavar="DIR",
+        help=f"also draw the attention (eq. 4-5) of {of} as DIR/0001.png, DIR/0002.png, ..., one per "
+        "input line in input order (DIR is created if needed)",
+    )
+
+
+def check_plot_attention(parser, args) -> None:
+    """A ``Command.check``: a file where ``--plot-attention`` would go is refused before TensorFlow starts."""
+    check_new_directory("--plot-attention", args.plot_attention)
+
+
+def open_text(path, mode: str = "r"):
+    """A context manager: ``path`` as UTF-8 text (undecodable input bytes replaced), or stdin or stdout for
+    None, which it leaves open."""
+    if path:
+        return open(path, mode, encoding="utf-8", errors="replace" if mode == "r" else "strict")
+    if mode == "r":
+        return contextlib.nullcontext(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    return contextlib.nullcontext(sys.stdout)
 
 
 # ------------------------------------------------------------------ train, shortlist
@@ -91,62 +112,56 @@ def load_training_pairs(args):
     return pairs
 
 
-# ------------------------------------------------------------------ translate, evaluate, score
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which checkpoint, and how sentences are batched and truncated (translate, evaluate, score)."""
-    group = parser.add_argument_group("model and batching")
-    group.add_argument(
-        "--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
-        help="which checkpoint of the model directory to use: best by dev BLEU (default), the latest, "
-        "or the average of the last ones written by python -m gnmt_tf.average",
-    )
-    group.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default: 32)")
-    group.add_argument(
+# ------------------------------------------------------------------ decoding: translate, evaluate, score, ...
+def add_translator_arguments(parser: argparse.ArgumentParser, search: bool = True) -> None:
+    """What :func:`load_translator` and :func:`decoding_overrides` read (translate, evaluate, score): the
+    model and checkpoint, how sentences are batched and truncated, and eq. 14's alpha and beta; with
+    ``search`` also the beam width, the pruning margin and the shortlist (defaults: the model's config)."""
+    model = parser.add_argument_group("model and batching")
+    add_model_dir_argument(model)
+    add_checkpoint_argument(model)
+    model.add_argument("--batch-size", type=positive_int, default=32,
+                       help="sentences decoded together (default: 32)")
+    model.add_argument(
         "--concurrent-batches", type=positive_int, default=2,
         help="batches decoded at the same time, a thread each; a second one keeps two cores busy while "
         "the first runs its small ops (default: 2; 1 decodes one batch after another)",
     )
-    group.add_argument(
+    model.add_argument(
         "--max-input-length", type=int, default=250,
         help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
     )
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer >= 1 ("argument --batch-size: must be an integer >= 1, got 0")."""
-    value = int(text)  # not an integer: argparse's own "invalid int value: 'x'"
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
-
-
-positive_int.__name__ = "int"  # the word argparse uses in "invalid int value"
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser, search: bool = True) -> None:
-    """Eq. 14's alpha and beta, and with ``search`` the beam width and the pruning margin (defaults: the config's).
-
-    alpha, beta and beamsize follow the search option rule (:mod:`gnmt_tf.decoding.options`): a value
-    that is not a finite float32 >= 0 is a usage error naming the flag (exit 2), before TensorFlow starts.
-    """
-    title = "beam search (defaults from the model's config, section 7)" if search else "eq. 14 (defaults from the model's config)"
-    group = parser.add_argument_group(title)
+    decoding = parser.add_argument_group("beam search (section 7; defaults from the model's config)" if search
+                                         else "eq. 14 (defaults from the model's config)")
     if search:
-        group.add_argument("--beam-width", type=int, default=None, help="hypotheses kept per sentence")
-    group.add_argument("--alpha", type=search_option_argument("alpha"), default=None,
-                       help="length normalisation strength (eq. 14); finite, >= 0")
-    group.add_argument("--beta", type=search_option_argument("beta"), default=None,
-                       help="coverage penalty strength (eq. 14); finite, >= 0")
+        add_beam_width_argument(decoding)
+    add_search_option_arguments(decoding, SEARCH_OPTIONS if search else ("alpha", "beta"))
     if search:
-        group.add_argument("--beamsize", type=search_option_argument("beamsize"), default=None,
-                           help="pruning margin (section 7); finite, >= 0; 0 keeps only each hypothesis' best "
-                           "tokens, 1e9 never prunes")
-        group.add_argument(
-            "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
-            help="decode with the model directory's vocabulary shortlist (python -m gnmt_tf.shortlist builds "
-            "it): each batch's softmax only over the likely translations of its source pieces "
-            "(default: decoding.use_shortlist, when the directory has one)",
-        )
+        add_shortlist_argument(decoding, "default: decoding.use_shortlist of the model's config, when its "
+                                         "directory has a shortlist")
+
+
+def add_beam_width_argument(group) -> None:
+    group.add_argument("--beam-width", type=positive_int, default=None, metavar="K",
+                       help="hypotheses the beam search keeps per sentence at each step (not the pruning "
+                       "margin: that is --beamsize)")
+
+
+def add_search_option_arguments(group, names=SEARCH_OPTIONS) -> None:
+    """``--alpha``, ``--beta``, ``--beamsize``: a value that is not a finite float32 >= 0 is a usage error
+    naming the flag (:mod:`gnmt_tf.decoding.options`), before TensorFlow starts."""
+    for name in names:
+        group.add_argument(f"--{name}", type=search_option_argument(name), default=None,
+                           help=SEARCH_OPTION_HELP[name])
+
+
+def add_shortlist_argument(group, default: str) -> None:
+    """``--shortlist`` / ``--no-shortlist``; ``default`` says what giving neither does."""
+    group.add_argument(
+        "--shortlist", dest="use_shortlist", action=argparse.BooleanOptionalAction, default=None,
+        help="decode with (--no-shortlist: without) the model's vocabulary shortlist (gnmt-shortlist builds "
+        f"it): each batch's softmax only over the likely translations of its source pieces; {default}",
+    )
 
 
 def decoding_overrides(args) -> dict:

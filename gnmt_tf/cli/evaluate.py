@@ -9,60 +9,34 @@ the same as one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
-
-from gnmt_tf.cli.common import (
-    add_decoding_arguments,
-    add_model_arguments,
-    add_verbose_argument,
-    decoding_overrides,
-    load_translator,
-    start_tensorflow,
-    warn_truncated,
-)
+from gnmt_tf.cli import common
+from gnmt_tf.cli.scaffold import Command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.evaluate",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+def add_arguments(parser) -> None:
     parser.add_argument(
         "--test", required=True,
         help="test pairs: a TSV file (source<TAB>target, .gz accepted) or 'SRC_FILE,TGT_FILE'",
     )
+    common.add_translator_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--hypotheses", default=None, help="also write the translations to this file")
-    add_model_arguments(parser)
-    add_decoding_arguments(parser)
-    add_verbose_argument(parser)
-    return parser
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    start_tensorflow(args.verbose)
-    from gnmt_tf.config import ConfigError
-    from gnmt_tf.data import DataError, read_parallel
+def evaluate(args) -> int:
+    from gnmt_tf.data import read_parallel
     from gnmt_tf.metrics.bleu import corpus_bleu
-    from gnmt_tf.model_files import ModelDirError
 
-    try:
-        pairs, report = read_parallel(args.test)
-        translator, config = load_translator(args)
-        # Opened before decoding: a path it cannot write fails now, not after the whole test set.
-        hypotheses_file = open(args.hypotheses, "w", encoding="utf-8") if args.hypotheses else None
-    except (ConfigError, DataError, ModelDirError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    pairs, report = read_parallel(args.test)
+    translator, config = common.load_translator(args)
+    # Opened before decoding: a path it cannot write fails now, not after the whole test set.
+    hypotheses_file = open(args.hypotheses, "w", encoding="utf-8") if args.hypotheses else None
     print(report.summary(), file=sys.stderr)
-    overrides = decoding_overrides(args)
+    overrides = common.decoding_overrides(args)
     sources = [source for source, _ in pairs]
     references = [" ".join(target.split()) for _, target in pairs]
 
@@ -70,7 +44,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     hypotheses = translator.translate(sources, **overrides)
     seconds = time.monotonic() - started
-    warn_truncated(translator)
+    common.warn_truncated(translator)
     bleu = corpus_bleu(hypotheses, references)
     words = sum(len(h.split()) for h in hypotheses)
     d = config.decoding
@@ -110,5 +84,6 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("gnmt_tf.evaluate", "gnmt-evaluate", __doc__, add_arguments, evaluate,
+                  examples=("--model-dir runs/en-fr --test runs/en-fr/dev.tsv --json",))
+main, build_parser = COMMAND.main, COMMAND.build_parser

@@ -6,31 +6,22 @@ and dev/) and draws training loss, dev BLEU, the clipping bound delta (section
 DIR/training_curves.png). Prints where the picture went and a one-line summary:
 the last step logged, the last training loss and the best dev BLEU.
 
-Exit status: 0 on success, 2 when DIR does not exist or holds no event files.
+Exit status: 0 on success, 2 when DIR does not exist or holds no event files, or the
+picture cannot be written.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from gnmt_tf.cli.common import add_verbose_argument, start_tensorflow
+from gnmt_tf.cli.common import add_model_dir_argument
+from gnmt_tf.cli.scaffold import Command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.report",
-        description=__doc__.split("\n\n")[1],
-        epilog=__doc__.split("\n\n")[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+def add_arguments(parser) -> None:
+    add_model_dir_argument(parser)
     parser.add_argument(
         "--output", default=None, metavar="PATH",
         help="where the PNG goes (default: MODEL_DIR/training_curves.png); parent directories are created",
     )
-    add_verbose_argument(parser)
-    return parser
 
 
 def summary_line(scalars) -> str:
@@ -49,23 +40,15 @@ def summary_line(scalars) -> str:
     return ", ".join(parts)
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    start_tensorflow(args.verbose)
-    from gnmt_tf.plots import NoTrainingLogs, save_training_curves
+def report(args) -> int:
+    from gnmt_tf.plots import save_training_curves
 
-    try:
-        path, scalars = save_training_curves(args.model_dir, args.output)
-    except NoTrainingLogs as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: cannot write the picture: {err}", file=sys.stderr)
-        return 2
+    path, scalars = save_training_curves(args.model_dir, args.output)  # NoTrainingLogs is an OSError: exit 2
     print(f"wrote {path}")
     print(summary_line(scalars))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("gnmt_tf.report", "gnmt-report", __doc__, add_arguments, report,
+                  examples=("--model-dir runs/en-fr",))
+main, build_parser = COMMAND.main, COMMAND.build_parser

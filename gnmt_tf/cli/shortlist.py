@@ -18,16 +18,16 @@ split's reference wordpieces that a dev sentence's shortlist allows.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from gnmt_tf.cli.common import (
+    add_model_dir_argument,
     add_training_data_arguments,
-    add_verbose_argument,
     load_training_pairs,
-    start_tensorflow,
+    positive_int,
 )
+from gnmt_tf.cli.scaffold import Command
 
 DEFAULT_TOP_K = 50  # measured on the default data: benchmarks/README.md
 DEFAULT_FREQUENT = 100
@@ -35,50 +35,23 @@ DEFAULT_ITERATIONS = 5
 BATCH = 32  # python -m gnmt_tf.translate's default --batch-size, for the per-batch size reported
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.shortlist",
-        description=__doc__.split("\n\n")[1],
-        epilog=__doc__.split("\n\n")[2] + "\n\nexamples:\n"
-        "  python -m gnmt_tf.shortlist --model-dir runs/en-fr\n"
-        "  python -m gnmt_tf.shortlist --model-dir runs/wmt14-enfr --train train.tsv.gz "
-        "--top-k 75 --frequent 75",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
+def add_arguments(parser) -> None:
+    add_model_dir_argument(parser)
     add_training_data_arguments(parser)
-    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, metavar="K",
+    parser.add_argument("--top-k", type=positive_int, default=DEFAULT_TOP_K, metavar="K",
                         help="target pieces kept per source piece (default: %(default)s)")
     parser.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, metavar="N",
                         help="most frequent target pieces always allowed (default: %(default)s)")
-    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+    parser.add_argument("--iterations", type=positive_int, default=DEFAULT_ITERATIONS,
                         help="EM iterations of IBM Model 1 (default: %(default)s)")
-    add_verbose_argument(parser)
-    return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.top_k < 1:
-        parser.error(f"--top-k must be at least 1, got {args.top_k}")
+def check(parser, args) -> None:
     if args.frequent < 0:
         parser.error(f"--frequent must be 0 or more, got {args.frequent}")
-    if args.iterations < 1:
-        parser.error(f"--iterations must be at least 1, got {args.iterations}")
-    start_tensorflow(args.verbose)
-    from gnmt_tf.config import ConfigError
-    from gnmt_tf.data import DataError
-    from gnmt_tf.model_files import ModelDirError
-
-    try:
-        return _run(args)
-    except (ConfigError, DataError, ModelDirError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
 
 
-def _run(args) -> int:
+def build_shortlist(args) -> int:
     import numpy as np
 
     from gnmt_tf import model_files
@@ -144,5 +117,9 @@ def _progress(message: str, done: bool = False) -> None:
         print(message, flush=True)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command(
+    "gnmt_tf.shortlist", "gnmt-shortlist", __doc__, add_arguments, build_shortlist, check=check,
+    examples=("--model-dir runs/en-fr",
+              "--model-dir runs/wmt14-enfr --train train.tsv.gz --top-k 75 --frequent 75"),
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser

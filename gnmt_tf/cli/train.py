@@ -19,30 +19,21 @@ with --train (default: the built-in data, as for training).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
 import time
 
-from gnmt_tf.cli.common import (
-    add_training_data_arguments,
-    add_verbose_argument,
-    load_training_pairs,
-    start_tensorflow,
-)
+from gnmt_tf import model_files
+from gnmt_tf.cli.common import add_training_data_arguments, check_new_directory, load_training_pairs
+from gnmt_tf.cli.scaffold import Command
 
 DEFAULT_CONFIG = "small"
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server", "tpu")
 REFINEMENTS = ("qat", "rl")  # fine-tunes of a trained model (--refine)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.train",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser) -> None:
     parser.add_argument(
         "--config", default=None,
         help=f"YAML file or shipped config name: tiny, small, gnmt_wmt14_enfr, gnmt_wmt14_ende "
@@ -87,13 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true",
         help="no live progress bar, one line per segment (the default when output is not a terminal)",
     )
-    add_verbose_argument(parser)
-    return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def check(parser, args) -> None:
     if args.refine and not args.init_from:
         parser.error(f"--refine {args.refine} needs --init-from MODEL_DIR, the trained model to fine-tune")
     if args.init_from and not args.refine:
@@ -103,21 +90,22 @@ def main(argv=None) -> int:
                      "(change fields with --set)")
     if args.refine and not args.model_dir:
         parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
-    start_tensorflow(args.verbose)
+    check_new_directory("--model-dir", args.model_dir)
 
-    from gnmt_tf.config import ConfigError
-    from gnmt_tf.data import DataError
-    from gnmt_tf.model_files import ModelDirError
 
-    try:
-        if args.logical_cpus is not None:  # before anything initializes TensorFlow's devices
-            from gnmt_tf.parallel.distribute import split_cpu
+def train(args) -> int:
+    if args.logical_cpus is not None:  # before anything initializes TensorFlow's devices
+        from gnmt_tf.parallel.distribute import split_cpu
 
-            split_cpu(args.logical_cpus)
-        return _run_refine(args) if args.refine else _run(args)
-    except (ConfigError, DataError, ModelDirError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        split_cpu(args.logical_cpus)
+    return _run_refine(args) if args.refine else _run(args)
+
+
+def _exit_statuses():
+    from gnmt_tf.parallel.distribute import WorkerLost
+    from gnmt_tf.training.trainer import TrainingDiverged
+
+    return {TrainingDiverged: 1, WorkerLost: 3}
 
 
 def _cli_overrides(args) -> dict:
@@ -133,7 +121,6 @@ def _cli_overrides(args) -> dict:
 
 
 def _run(args) -> int:
-    from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError, load_config
 
     model_dir = args.model_dir or os.path.join("runs", f"{args.source_lang}-{args.target_lang}")
@@ -219,7 +206,6 @@ def _describe_refinement(refine, config, init_checkpoint) -> str:
 
 def _run_refine(args) -> int:
     """``--refine qat|rl``: fine-tune the model of ``--init-from`` into ``--model-dir``."""
-    from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError, load_config
 
     init_dir, model_dir = args.init_from, args.model_dir
@@ -285,18 +271,7 @@ def _verbosity(args) -> int:
 
 
 def _train_and_report(trainer, model_dir) -> int:
-    from gnmt_tf import model_files
-    from gnmt_tf.parallel.distribute import WorkerLost
-    from gnmt_tf.training.trainer import TrainingDiverged
-
-    try:
-        result = trainer.train()
-    except TrainingDiverged as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except WorkerLost as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 3
+    result = trainer.train()  # TrainingDiverged and WorkerLost end the command (_exit_statuses)
     print()
     print(f"stopped at step {result.step}: {result.stop_reason}")
     if not trainer.is_chief:
@@ -358,5 +333,9 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
     return tokenizer
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command(
+    "gnmt_tf.train", "gnmt-train", __doc__, add_arguments, train, check=check, exit_statuses=_exit_statuses,
+    examples=("", "--config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv",
+              "--refine qat --init-from runs/en-fr --model-dir runs/en-fr-qat"),
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser

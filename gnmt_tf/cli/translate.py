@@ -15,83 +15,38 @@ gets a picture saying it is empty). See gnmt_tf.plots.
 
 from __future__ import annotations
 
-import argparse
-import io
 import os
 import sys
 import time
 
-from gnmt_tf.cli.common import (
-    add_decoding_arguments,
-    add_model_arguments,
-    add_verbose_argument,
-    decoding_overrides,
-    load_translator,
-    start_tensorflow,
-    warn_truncated,
-)
+from gnmt_tf.cli import common
+from gnmt_tf.cli.scaffold import Command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.translate",
-        description=__doc__.split("\n\n")[1],
-        epilog=__doc__.split("\n\n")[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model-dir", required=True, help="a directory written by python -m gnmt_tf.train")
-    parser.add_argument("--input", default=None, help="file of source sentences, one per line (default: stdin)")
-    parser.add_argument("--output", default=None, help="where translations go (default: stdout)")
+def add_arguments(parser) -> None:
+    common.add_translator_arguments(parser)
+    common.add_input_output_arguments(parser, "source sentences, one per line", "translations")
     parser.add_argument("--n-best", type=int, default=1, help="translations per sentence (default: 1)")
     parser.add_argument(
         "--chunk-size", type=int, default=1000,
         help="lines read, sorted by length and translated at a time (default: 1000)",
     )
-    parser.add_argument(
-        "--plot-attention", default=None, metavar="DIR",
-        help="also write the attention matrix of each line's best translation as DIR/0001.png, "
-        "DIR/0002.png, ... (one per input line, in input order; DIR is created if needed)",
-    )
-    add_model_arguments(parser)
-    add_decoding_arguments(parser)
-    add_verbose_argument(parser)
-    return parser
+    common.add_plot_attention_argument(parser, "each line's best translation")
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    start_tensorflow(args.verbose)
-    from gnmt_tf.config import ConfigError
-    from gnmt_tf.model_files import ModelDirError
-
-    if args.plot_attention and os.path.exists(args.plot_attention) and not os.path.isdir(args.plot_attention):
-        print(f"error: --plot-attention {args.plot_attention} exists and is not a directory", file=sys.stderr)
-        return 2
-    try:
-        if args.plot_attention:
-            os.makedirs(args.plot_attention, exist_ok=True)
-        translator, _ = load_translator(args)
-        source = open(args.input, encoding="utf-8", errors="replace") if args.input else io.TextIOWrapper(
-            sys.stdin.buffer, encoding="utf-8", errors="replace"
-        )
-        target = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        try:
-            count = translate_stream(translator, source, target, args)
-        finally:
-            if args.input:
-                source.close()
-            if args.output:
-                target.close()
-    except (ConfigError, ModelDirError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def translate(args) -> int:
+    if args.plot_attention:
+        os.makedirs(args.plot_attention, exist_ok=True)
+    translator, _ = common.load_translator(args)
+    with common.open_text(args.input) as source, common.open_text(args.output, "w") as target:
+        count = translate_stream(translator, source, target, args)
     print(f"translated {count:,} lines", file=sys.stderr)
     return 0
 
 
 def translate_stream(translator, source, target, args) -> int:
     """Translate ``source`` line by line into ``target``, ``args.chunk_size`` lines at a time."""
-    overrides = decoding_overrides(args)
+    overrides = common.decoding_overrides(args)
     plot_directory = getattr(args, "plot_attention", None)
     started = time.monotonic()
     count = 0
@@ -118,7 +73,7 @@ def translate_stream(translator, source, target, args) -> int:
             from gnmt_tf.plots import write_attention_pictures
 
             write_attention_pictures(results, plot_directory, sentences=lines, first_index=count + 1)
-        warn_truncated(translator)
+        common.warn_truncated(translator)
         count += len(lines)
         rate = count / max(time.monotonic() - started, 1e-9)
         print(f"translated {count:,} lines ({rate:.1f} lines/s)", file=sys.stderr, flush=True)
@@ -133,5 +88,12 @@ def translate_stream(translator, source, target, args) -> int:
     return count
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command(
+    "gnmt_tf.translate", "gnmt-translate", __doc__, add_arguments, translate,
+    check=common.check_plot_attention,
+    examples=("--model-dir runs/en-fr < in.txt > out.txt",
+              "--model-dir runs/en-fr --n-best 4 --beam-width 8 < in.txt"),
+    # The translator's ValueError: a request it cannot decode (more n-best entries than the beam holds).
+    exit_statuses=lambda: {ValueError: 2},
+)
+main, build_parser = COMMAND.main, COMMAND.build_parser

@@ -112,8 +112,6 @@ def test_xla_export_compiles_its_steps_and_translates_like_the_float_export(expo
 @pytest.mark.parametrize("args, message", [
     (["--format", "onnx"], "error: unknown format 'onnx'; known formats: saved_model, tflite"),
     (["--format", "saved_model", "--version", "0"], "error: --version must be a positive integer, got 0"),
-    (["--format", "saved_model", "--beam-width", "0"], "error: --beam-width must be at least 1, got 0"),
-    (["--format", "saved_model", "--beam-width", "-2"], "error: --beam-width must be at least 1, got -2"),
     (["--format", "saved_model", "--quantize", "int8", "--bleu-tolerance", "-1"],
      "error: --bleu-tolerance must be >= 0 and --bleu-sentences >= 1"),
     (["--format", "saved_model", "--quantize", "int8", "--bleu-sentences", "0"],
@@ -139,7 +137,6 @@ def test_usage_errors_end_before_any_work(args, message, trained_number_model, t
     (["--format", "saved_model", "--quantize", "int4"], "argument --quantize: invalid choice: 'int4'"),
     (["--format", "saved_model", "--int8-products", "int4"], "argument --int8-products: invalid choice: 'int4'"),
     (["--format", "saved_model", "--checkpoint", "newest"], "argument --checkpoint: invalid choice: 'newest'"),
-    (["--format", "saved_model", "--beam-width", "two"], "argument --beam-width: invalid int value: 'two'"),
     ([], "the following arguments are required: --format"),
 ])
 def test_bad_options_exit_2_with_the_usage(args, message, trained_number_model, tmp_path, capsys):

@@ -47,7 +47,7 @@ def test_a_failing_start_shows_what_tensorflow_printed():
         "        raise ImportError('no tf_keras here')\n"
         "    return real_import(name, *a, **k)\n"
         "builtins.__import__ = failing\n"
-        "from gnmt_tf.cli.common import start_tensorflow\n"
+        "from gnmt_tf.cli.scaffold import start_tensorflow\n"
         "start_tensorflow()\n"
     )
     result = subprocess.run([sys.executable, "-c", code], env=USER_ENV, cwd=ROOT, capture_output=True, text=True,

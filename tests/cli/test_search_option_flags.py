@@ -1,6 +1,9 @@
-"""--alpha, --beta and --beamsize of translate, evaluate and score: a value that is not a finite float32 >= 0
-is a usage error naming the flag (exit 2, before any model is read); good values, 0 included, still work."""
+"""The option rules of the command lines, one table per entry point: alpha, beta and beamsize must be
+finite float32 values >= 0 (gnmt_tf.decoding.options), the beam width and the batching flags integers
+>= 1. A bad value is a usage error naming the flag, with the same one-line message everywhere (exit 2,
+before TensorFlow starts and before any model is read); good values, 0 included, reach the command."""
 
+import importlib
 import json
 import sys
 
@@ -8,43 +11,66 @@ import pytest
 from helpers import run_in_process
 
 from gnmt_tf import model_files
+from gnmt_tf.cli import scaffold
+from gnmt_tf.decoding.options import SEARCH_OPTIONS
 from gnmt_tf.inference.translator import Translator
 
 # (as typed, as the message writes it)
-BAD_VALUES = [("nan", "nan"), ("NaN", "nan"), ("inf", "inf"), ("Infinity", "inf"), ("1e400", "inf"),
-              ("-inf", "-inf"), ("-1", "-1"), ("-0.5", "-0.5"), ("-5", "-5")]
-FLAGS = {"gnmt_tf.translate": ("alpha", "beta", "beamsize"), "gnmt_tf.evaluate": ("alpha", "beta", "beamsize"),
-         "gnmt_tf.score": ("alpha", "beta")}
-REQUIRED = {"gnmt_tf.translate": [], "gnmt_tf.evaluate": ["--test", "nowhere.tsv"], "gnmt_tf.score": []}
-CASES = [(command, flag, typed, shown) for command, flags in FLAGS.items() for flag in flags
-         for typed, shown in BAD_VALUES]
+BAD_NUMBERS = [("nan", "nan"), ("NaN", "nan"), ("inf", "inf"), ("Infinity", "inf"), ("1e400", "inf"),
+               ("-inf", "-inf"), ("-1", "-1"), ("-0.5", "-0.5"), ("-5", "-5")]
 
 
-@pytest.mark.parametrize("command, flag, typed, shown", CASES,
-                         ids=[f"{c.split('.')[1]}-{f}={t}" for c, f, t, _ in CASES])
-def test_a_bad_option_is_a_usage_error_naming_the_flag(command, flag, typed, shown):
-    hint = " (1e9 never prunes)" if flag == "beamsize" else ""
-    result = run_in_process([sys.executable, "-m", command, "--model-dir", "no_such_dir", *REQUIRED[command],
-                             f"--{flag}={typed}"], "one\n")
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[-1] == (
-        f"{command.replace('gnmt_tf.', 'python -m gnmt_tf.')}: error: argument --{flag}: "
-        f"must be a finite float32 >= 0, got {shown}{hint}")
+def search_option_cases(names):
+    """(flag, as typed, the message): every bad number for each search option."""
+    return [(name, typed, f"must be a finite float32 >= 0, got {shown}" + (" (1e9 never prunes)" if name == "beamsize"
+                                                                              else ""))
+            for name in names for typed, shown in BAD_NUMBERS]
 
 
-BATCHING = [("batch-size", "0", "must be an integer >= 1, got 0"),
-            ("concurrent-batches", "-1", "must be an integer >= 1, got -1"),
-            ("concurrent-batches", "two", "invalid int value: 'two'")]
+def positive_int_cases(*names):
+    return [(name, typed, message) for name in names for typed, message in (
+        ("0", "must be an integer >= 1, got 0"), ("-1", "must be an integer >= 1, got -1"),
+        ("two", "invalid int value: 'two'"), ("1.5", "invalid int value: '1.5'"))]
 
 
-@pytest.mark.parametrize("command", sorted(FLAGS))
-@pytest.mark.parametrize("flag, typed, message", BATCHING, ids=[f"{f}={t}" for f, t, _ in BATCHING])
-def test_batching_flags_take_positive_integers(command, flag, typed, message):
-    result = run_in_process([sys.executable, "-m", command, "--model-dir", "no_such_dir", *REQUIRED[command],
-                             f"--{flag}={typed}"], "one\n")
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[-1] == (
-        f"{command.replace('gnmt_tf.', 'python -m gnmt_tf.')}: error: argument --{flag}: {message}")
+SEARCH = search_option_cases(SEARCH_OPTIONS)
+GOOD = [("alpha", "0", 0.0), ("beta", "1.5", 1.5), ("beamsize", "0", 0.0), ("beamsize", "1e9", 1e9)]
+# module: (the arguments it needs besides the flag, its bad values, good values and where they land)
+ENTRY_POINTS = {
+    "gnmt_tf.translate": (["--model-dir", "no_such_dir"],
+                          SEARCH + positive_int_cases("beam-width", "batch-size", "concurrent-batches"),
+                          GOOD + [("beam-width", "3", 3), ("batch-size", "1", 1)]),
+    "gnmt_tf.evaluate": (["--model-dir", "no_such_dir", "--test", "nowhere.tsv"],
+                         SEARCH + positive_int_cases("beam-width", "batch-size", "concurrent-batches"),
+                         GOOD + [("beam-width", "3", 3), ("concurrent-batches", "1", 1)]),
+    "gnmt_tf.score": (["--model-dir", "no_such_dir"],
+                      search_option_cases(("alpha", "beta")) + positive_int_cases("batch-size", "concurrent-batches"),
+                      GOOD[:2]),
+    "export": (["--model-dir", "no_such_dir", "--output", "nowhere", "--format", "saved_model"],
+               positive_int_cases("beam-width"), [("beam-width", "2", 2)]),
+    "serving.client": (["--rest", "http://127.0.0.1:9"], SEARCH + positive_int_cases("batch-size"),
+                       GOOD + [("batch-size", "7", 7)]),
+}
+
+
+@pytest.mark.parametrize("module", sorted(ENTRY_POINTS))
+def test_bad_values_are_one_usage_error_line_before_tensorflow_starts(module, monkeypatch):
+    def no_start(verbose=False):
+        raise AssertionError("a bad value must end the command before TensorFlow starts")
+
+    monkeypatch.setattr(scaffold, "start_tensorflow", no_start)
+    monkeypatch.setattr("serving.client.start_tensorflow", no_start)
+    required, bad, good = ENTRY_POINTS[module]
+    results = {(flag, typed): run_in_process([sys.executable, "-m", module, *required, f"--{flag}={typed}"], "one\n")
+               for flag, typed, _ in bad}
+    got = {case: (result.returncode, result.stdout, result.stderr.splitlines()[-1]) for case, result in results.items()}
+    assert got == {(flag, typed): (2, "", f"python -m {module}: error: argument --{flag}: {message}")
+                   for flag, typed, message in bad}
+
+    parser = importlib.import_module(f"{module}.__main__" if module == "export" else module).COMMAND.build_parser()
+    passed = {(flag, typed): getattr(parser.parse_args([*required, f"--{flag}", typed]), flag.replace("-", "_"))
+              for flag, typed, _ in good}
+    assert passed == {(flag, typed): value for flag, typed, value in good}
 
 
 def test_good_options_after_refused_ones_translate_and_beamsize_0_is_greedy(trained_number_model, tmp_path):

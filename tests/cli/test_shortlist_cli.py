@@ -35,7 +35,7 @@ def test_usage_errors(untrained_model_dir, tmp_path):
             [], ["--model-dir", model_dir, "--top-k", "0"], ["--model-dir", model_dir, "--frequent", "-1"],
             ["--model-dir", str(tmp_path / "nothing")], ["--model-dir", str(tmp_path)]))
     assert missing.returncode == 2 and "the following arguments are required: --model-dir" in missing.stderr
-    assert bad_k.returncode == 2 and "--top-k must be at least 1, got 0" in bad_k.stderr
+    assert bad_k.returncode == 2 and "argument --top-k: must be an integer >= 1, got 0" in bad_k.stderr
     assert bad_n.returncode == 2 and "--frequent must be 0 or more, got -1" in bad_n.stderr
     assert not_found.returncode == 2 and "model directory not found" in not_found.stderr
     assert not_a_model.returncode == 2 and "is not a gnmt_tf model directory" in not_a_model.stderr

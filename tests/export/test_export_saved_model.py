@@ -91,7 +91,7 @@ def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
         with open(os.path.join(model_dir, name), encoding="utf-8") as src:
             (empty / name).write_text(src.read(), encoding="utf-8")
     missing = export_command("--model-dir", str(empty), "--output", str(tmp_path / "y"), "--format", "saved_model")
-    assert missing.returncode == 1 and "has no checkpoint" in missing.stderr
+    assert missing.returncode == 2 and "has no checkpoint" in missing.stderr  # the model directory: a usage error
     assert not (tmp_path / "y").exists() or not os.listdir(tmp_path / "y")
 
 

@@ -19,12 +19,11 @@ from serving.client import GrpcClient, RestClient, ServingRequestError
 SENTENCES = ["three one four", "nine", "zero zero seven five two one", "eight six"]
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}  # the client's n-best defaults
 OTHER_OPTIONS = {"alpha": 1.0, "beta": 0.0, "beamsize": 2.0}
-# (option, as typed, its value, as the message writes it): the search option rule (gnmt_tf.decoding.options)
-BAD_OPTIONS = [("alpha", "nan", math.nan, "nan"), ("alpha", "inf", math.inf, "inf"),
-               ("alpha", "1e400", float("1e400"), "inf"), ("alpha", "-1", -1.0, "-1"), ("beta", "-0.5", -0.5, "-0.5"),
-               ("beamsize", "-5", -5.0, "-5"), ("beamsize", "NaN", math.nan, "nan"),
-               ("beamsize", "Infinity", math.inf, "inf")]
-BAD_IDS = [f"{name}={typed}" for name, typed, _, _ in BAD_OPTIONS]
+# (option, its value, as the message writes it): the search option rule (gnmt_tf.decoding.options); the
+# command line's table is in tests/cli/test_search_option_flags.py
+BAD_OPTIONS = [("alpha", math.nan, "nan"), ("alpha", math.inf, "inf"), ("alpha", float("1e400"), "inf"),
+               ("alpha", -1.0, "-1"), ("beta", -0.5, "-0.5"), ("beamsize", -5.0, "-5"), ("beamsize", math.nan, "nan"),
+               ("beamsize", math.inf, "inf")]
 
 
 def option_message(name, shown):
@@ -117,19 +116,21 @@ def test_options_and_nbest(client, served):
         client.translate(SENTENCES, alpha=0.5)
 
 
-@pytest.mark.parametrize("name, typed, value, shown", BAD_OPTIONS, ids=BAD_IDS)
-def test_bad_options_are_refused_before_sending(client, name, typed, value, shown):
-    """A ValueError with the rule's message, from a client whose server does not exist (so nothing was
-    sent: sending would be a ServingRequestError); then the real server answers a good request."""
+@pytest.mark.parametrize("kind", ["rest", "grpc"])
+def test_bad_options_are_refused_before_sending(kind):
+    """A ValueError with the rule's message for each bad value, from a client whose server does not exist (so
+    nothing was sent: sending would be a ServingRequestError)."""
     port = free_port()
-    nowhere = (RestClient(f"http://127.0.0.1:{port}", "gnmt", timeout=5, retries=0) if isinstance(client, RestClient)
+    nowhere = (RestClient(f"http://127.0.0.1:{port}", "gnmt", timeout=5, retries=0) if kind == "rest"
                else GrpcClient(f"127.0.0.1:{port}", "gnmt", timeout=5, retries=0))
-    bad = dict(OPTIONS, **{name: value})
-    for call in (nowhere.translate, nowhere.translate_nbest):
-        with pytest.raises(ValueError) as error:
-            call(["nine"], **bad)
-        assert str(error.value) == option_message(name, shown)
-    assert [r.text for r in client.translate(["nine"], **OPTIONS)] == ["neuf"]
+    refused = {}
+    for case, (name, value, _) in enumerate(BAD_OPTIONS):
+        for call in (nowhere.translate, nowhere.translate_nbest):
+            with pytest.raises(ValueError) as error:
+                call(["nine"], **dict(OPTIONS, **{name: value}))
+            refused[case, call.__name__] = str(error.value)
+    assert refused == {(case, call): option_message(name, shown) for case, (name, _, shown) in enumerate(BAD_OPTIONS)
+                       for call in ("translate", "translate_nbest")}
 
 
 def test_status_metadata_and_errors(client, served):
@@ -186,6 +187,7 @@ def test_client_command_line(served):
         "rest_nbest": ([*rest, "--nbest"], two),
         "grpc_nbest_options": ([*grpc, "--nbest", *other_options, "--batch-size", "1"], two),
         "rest_v1_scores": ([*rest, "--version", "1", "--scores"], stdin),
+        "rest_options_scores": ([*rest, *other_options, "--scores"], stdin),
         "rest_v7": ([*rest, "--version", "7"], "one\n"),
         "rest_metadata": ([*rest, "--metadata"], None),
         "rest_metadata_v1": ([*rest, "--metadata", "--version", "1"], None),
@@ -197,7 +199,7 @@ def test_client_command_line(served):
     results.update(zip(over_rest, run_side_by_side(*[commands[name] for name in over_rest], env=ENV)))
     direct = served.direct
     for name in ("rest", "grpc_v1", "status", "status_v1", "rest_nbest", "grpc_nbest_options", "rest_v1_scores",
-                 "rest_metadata", "rest_metadata_v1"):
+                 "rest_options_scores", "rest_metadata", "rest_metadata_v1"):
         assert results[name].returncode == 0, (name, results[name].stderr[-2000:])
 
     assert results["rest"].stdout.splitlines() == served.translations
@@ -212,6 +214,13 @@ def test_client_command_line(served):
         lines = [json.loads(line) for line in results[name].stdout.splitlines()]
         got = [[(e["text"], e["score"], e["length"]) for e in entries] for entries in lines]
         assert got == expected_nbest(direct, SENTENCES[:2], **options), name
+
+    # --alpha, --beta, --beamsize: translate_with_options with the values given.
+    lines = [line.split("\t") for line in results["rest_options_scores"].stdout.splitlines()]
+    with_options = direct("translate_with_options", SENTENCES, **OTHER_OPTIONS)
+    assert [text for _, text in lines] == [text.decode() for text in with_options["translations"]]
+    assert [float(score) for score, _ in lines] == expected_scores(direct, "translate_with_options", SENTENCES,
+                                                                    **OTHER_OPTIONS)
 
     # --version: the request names the version; 1 is served, 7 is not.
     lines = [line.split("\t") for line in results["rest_v1_scores"].stdout.splitlines()]
@@ -231,18 +240,6 @@ def test_client_command_line(served):
             served_names = set(signatures[key]["inputs"]), set(signatures[key]["outputs"])
             assert served_names == (inputs, outputs), (name, key)
             assert signatures[key]["inputs"]["sentences"]["dtype"] == "DT_STRING"
-
-
-@pytest.mark.parametrize("name, typed, value, shown", BAD_OPTIONS, ids=BAD_IDS)
-def test_client_command_line_refuses_bad_options_as_usage_errors(served, name, typed, value, shown):
-    rest = ["--rest", f"http://127.0.0.1:{served.rest_port}"]
-    options = [text for option, good in OPTIONS.items() for text in (f"--{option}", str(good))]
-    bad = run_in_process([sys.executable, "-m", "serving.client", *rest, *options, f"--{name}", typed], "nine\n")
-    assert (bad.returncode, bad.stdout) == (2, "")
-    problem = option_message(name, shown)[len(name) + 1:]
-    assert f"error: argument --{name}: {problem}" in bad.stderr
-    good = run_in_process([sys.executable, "-m", "serving.client", *rest, *options], "nine\n")
-    assert (good.returncode, good.stdout) == (0, "neuf\n"), good.stderr
 
 
 def doc_commands(path, prefix):
