@@ -1,29 +1,36 @@
-"""Translation quality per CPU minute, ours against a peer system, on the built-in data.
+"""Translation quality per CPU minute, ours against two peer systems, on the built-in data.
 
-    python benchmarks/quality_benchmark.py                       # 10 and 30 minutes, 2 threads, with the peer
-    python benchmarks/quality_benchmark.py --minutes 10 --no-peer --set model.dropout=0.2 --tag dropout0.2
-    python benchmarks/quality_benchmark.py --side-by-side         # ours and the peer at once, one core each
+    python benchmarks/quality_benchmark.py --minutes 10 30 60          # ours and both peers, one after another
+    python benchmarks/quality_benchmark.py --minutes 10 --peers none --set training.label_smoothing=0.1 --tag smoothing
+    python benchmarks/quality_benchmark.py --minutes 10 --no-ours --peers lstm --peer-env LR=0.002 --tag lr0.002
 
-For each number of minutes it trains the default config (``python -m gnmt_tf.train``, the
-built-in English->French catalogs and their dev split) and, unless ``--no-peer``, the peer
-OpenNMT-py (``../shared/peers/onmtpy/run.sh``: bi-LSTM with attention, 2+2x256, SentencePiece
-8k) on the same training pairs for the same minutes and threads. Both are scored on the same
-held-out dev split, on the whole of it and on its sentences of 12 source words or more (catalog
-strings are short; long sentences are where outputs come out too short): BLEU, brevity penalty,
-length ratio and n-gram precisions, plus the length ratio per source-length bucket. Ours is
-decoded greedily, with beam search at alpha = beta = 0, at alpha = beta = 0.2, with the
-config's defaults, with the paper-literal finishing rule, and from the average of the last
-three checkpoints. ``--side-by-side`` runs both systems at the same time, each pinned to one
-core with one thread (same sitting, same conditions, half the wall clock).
+For each number of minutes it trains the default config (``python -m gnmt_tf.train``: the built-in
+English->French catalogs and their dev split) and each peer through
+``../shared/peers/onmtpy/run.sh`` on the same training pairs, for the same minutes and threads, one
+after another on a quiet machine:
+
+* ``lstm``: OpenNMT-py's bi-LSTM with attention (2+2x256, SentencePiece 8k), beam 4 with the GNMT
+  length and coverage penalties (alpha = beta = 0.2);
+* ``transformer``: OpenNMT-py's Transformer (``ARCH=transformer``: 3+3x256, 4 heads, noam schedule,
+  label smoothing 0.1), beam 4 with the length penalty alone.
+
+``--peer-env KEY=VALUE`` passes a setting to the peer runner (its rate ``LR``, and ``WARMUP`` /
+``BATCH_TOKENS`` for the Transformer): the sweep that gives each peer a fair chance.
+
+Everything is scored on the same held-out dev split, on the whole of it and on its sentences of 12
+source words or more: BLEU, brevity penalty, length ratio, n-gram precisions, and the length ratio per
+source-length bucket. Ours is decoded with the config's beam search and greedily, from the shipped
+weights (``best/``: the weight average the run keeps) and from the raw weights of its last
+checkpoint, and from the average of its last checkpoints (``python -m gnmt_tf.average``), all through
+:func:`gnmt_tf.inference.evaluation.evaluate`, the code behind ``python -m gnmt_tf.evaluate``.
 
 Writes ``benchmarks/results/quality.json`` (``--output``); each run is recorded with its settings,
-steps and the machine's load average.
+steps, tokens/s and the machine's load average.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -34,8 +41,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEER = os.path.join(ROOT, "..", "shared", "peers", "onmtpy", "run.sh")
+PEERS = {"lstm": {"ARCH": "rnn"}, "transformer": {"ARCH": "transformer"}}
 LONG_WORDS = 12  # "long" dev sentences: at least this many source words
-AVERAGED = 3  # checkpoints averaged (fewer if the run kept fewer)
+AVERAGED = 3  # checkpoints averaged by python -m gnmt_tf.average (fewer if the run kept fewer)
 BUCKETS = ((0, 10), (10, 20), (20, 30), (30, None))  # source words
 
 
@@ -71,54 +79,40 @@ def read_pairs(path: str) -> List[Tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- our system
-def decodings(config) -> List[Tuple[str, str, Dict]]:
-    """(name, checkpoint, decoding overrides) of every way ours is scored."""
-    d = config.decoding
-    return [
-        ("greedy", "latest", {"greedy": True}),
-        ("beam alpha=beta=0", "latest", {"alpha": 0.0, "beta": 0.0}),
-        ("beam alpha=beta=0.2", "latest", {"alpha": 0.2, "beta": 0.2}),
-        ("beam alpha=0.6, beta=0.2", "latest", {"alpha": 0.6, "beta": 0.2}),
-        ("beam alpha=1.0, beta=0.2", "latest", {"alpha": 1.0, "beta": 0.2}),
-        (f"beam defaults (alpha={d.alpha:g}, beta={d.beta:g})", "latest", {}),
-        ("beam defaults, eos_rule=every_beam (paper-literal)", "latest", {"eos_rule": "every_beam"}),
-        (f"beam defaults, averaged last {AVERAGED} (or all kept) checkpoints", "averaged", {}),
-        ("beam defaults, best checkpoint (chosen on this dev split)", "best", {}),
-    ]
+DECODINGS = (  # (name, checkpoint, greedy)
+    ("shipped weights (best/), beam", "best", False),
+    ("shipped weights (best/), greedy", "best", True),
+    ("raw weights of the last checkpoint, beam", "latest", False),
+    ("raw weights of the last checkpoint, greedy", "latest", True),
+    ("weight average at the end (averaged/), beam", "averaged", False),
+    (f"mean of the last {AVERAGED} checkpoints, beam", "checkpoint-mean", False),
+)
 
 
 def evaluate_worker(model_dir: str) -> Dict:
-    """Scores of every decoding of the model in ``model_dir`` on its dev.tsv (run in a worker)."""
-    from gnmt_tf import model_files
-    from gnmt_tf.cli.average import average_checkpoints
-    from gnmt_tf.inference.translator import Translator
-
-    pairs = model_files.read_dev_split(model_dir)
-    sources = [source for source, _ in pairs]
-    config, _ = model_files.load_metadata(model_dir)
+    """Scores of every decoding of the model in ``model_dir`` on its dev.tsv (run in a worker process)."""
     import tensorflow as tf
 
-    kept = len(tf.train.get_checkpoint_state(model_files.checkpoint_dir(model_dir)).all_model_checkpoint_paths)
-    averaged = min(AVERAGED, kept)
-    if averaged >= 2:
-        average_checkpoints(model_dir, last=averaged, log=lambda message: None)
-    results, models = {}, {}
-    for name, which, options in decodings(config):
-        if which not in models:
-            try:
-                models[which] = model_files.load_model_dir(model_dir, which=which, warn=lambda message: None)
-            except model_files.ModelDirError:
+    from gnmt_tf import model_files
+    from gnmt_tf.cli.average import average_checkpoints
+    from gnmt_tf.inference.evaluation import evaluate, load_translator
+
+    pairs = model_files.read_dev_split(model_dir)
+    results = {}
+    for name, which, greedy in DECODINGS:
+        if which == "checkpoint-mean":  # replaces averaged/ (the weight average is scored before)
+            kept = len(tf.train.get_checkpoint_state(model_files.checkpoint_dir(model_dir)).all_model_checkpoint_paths)
+            if kept < 2:
                 continue
-        model, tokenizer, _ = models[which]
-        options = dict(options)
-        decoding = dataclasses.replace(config.decoding, eos_rule=options.pop("eos_rule", config.decoding.eos_rule))
-        translator = Translator(model, tokenizer, decoding, batch_size=32)
-        started = time.monotonic()
-        hypotheses = translator.greedy(sources) if options.pop("greedy", False) else translator.translate(
-            sources, **options)
-        entry = score(hypotheses, pairs)
-        entry["seconds"] = round(time.monotonic() - started, 1)
-        entry["delta"] = model_files.model_delta(model)
+            average_checkpoints(model_dir, last=min(AVERAGED, kept), log=lambda message: None)
+            which = "averaged"
+        if model_files.find_checkpoint(model_dir, which) is None:
+            continue
+        translator, _, checkpoint = load_translator(model_dir, which)
+        evaluation = evaluate(translator, pairs, greedy=greedy)
+        entry = score(evaluation.hypotheses, pairs)
+        entry.update(search=evaluation.search, checkpoint=os.path.relpath(checkpoint, model_dir),
+                     seconds=round(evaluation.seconds, 1), delta=model_files.model_delta(translator.model))
         results[name] = entry
         print(f"  {name}: BLEU {entry['whole']['bleu']} (ratio {entry['whole']['ratio']}), long "
               f"{entry['long']['bleu'] if entry['long'] else '-'}", file=sys.stderr, flush=True)
@@ -132,18 +126,18 @@ def thread_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def pinned(command: List[str], core: Optional[int]) -> List[str]:
-    return ["taskset", "-c", str(core), *command] if core is not None else command
-
-
-def train_ours(model_dir: str, minutes: float, threads: int, overrides: List[str], core: Optional[int]):
+def train_ours(model_dir: str, minutes: float, threads: int, overrides: List[str]) -> float:
+    """Train ours; returns the wall-clock seconds of the command (data loading and evaluation included)."""
     command = [sys.executable, "-m", "gnmt_tf.train", "--model-dir", model_dir, "--max-minutes", str(minutes),
                "--quiet"]
     for override in overrides:
         command += ["--set", override]
-    log = open(model_dir + ".log", "w", encoding="utf-8")
-    return subprocess.Popen(pinned(command, core), env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT)
+    started = time.monotonic()
+    with open(model_dir + ".log", "w", encoding="utf-8") as log:
+        done = subprocess.run(command, env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"training ours failed: see {model_dir}.log")
+    return time.monotonic() - started
 
 
 def evaluate_ours(model_dir: str, threads: int) -> Dict:
@@ -156,26 +150,34 @@ def evaluate_ours(model_dir: str, threads: int) -> Dict:
 
 
 def training_summary(model_dir: str) -> Dict:
-    """Steps and delta of the last checkpoint, from the training log."""
+    """Steps, speed and delta of the run, from its log and its TensorBoard summaries."""
     summary = {}
     with open(model_dir + ".log", encoding="utf-8") as handle:
         for line in handle:
             if line.startswith("stopped at step"):
                 summary["steps"] = int(line.split()[3].rstrip(":"))
-            elif line.startswith("delta:"):
-                summary["delta"] = float(line.split()[1])
-    summary.setdefault("delta", 1.0)
+            elif line.startswith("dev BLEU = "):  # the shipped model's figure, as evaluate gives it
+                summary["final_line"] = line.strip()
+    try:
+        from gnmt_tf.plots import read_training_scalars
+
+        scalars = read_training_scalars(model_dir)
+        tokens = [value for _, value in scalars.get("train/source_tokens_per_second", [])]
+        if tokens:
+            summary["source_tokens_per_second_median"] = round(sorted(tokens)[len(tokens) // 2], 1)
+    except Exception as err:  # the summaries are a nicety here; the figures above stand without them
+        summary["summaries_error"] = str(err)
     return summary
 
 
-# ----------------------------------------------------------------------------- the peer
-def write_split(workdir: str, config_name: str, overrides: List[str]) -> Tuple[str, str]:
-    """The training and dev pairs of the default run, as TSV for the peer (whitespace folded)."""
-    from gnmt_tf.data.catalogs import load_catalog_pairs
+# ----------------------------------------------------------------------------- the peers
+def write_split(workdir: str, overrides: List[str]) -> Tuple[str, str]:
+    """The training and dev pairs of the default run, as TSV for the peers (whitespace folded)."""
     from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import split_dev
+    from gnmt_tf.data.catalogs import load_catalog_pairs
 
-    config = load_config(config_name, overrides=parse_overrides(overrides))
+    config = load_config("small", overrides=parse_overrides(overrides))
     pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
     train, dev = split_dev(pairs, config.data.dev_fraction, config.data.dev_max_pairs, config.training.seed)
     paths = []
@@ -188,10 +190,15 @@ def write_split(workdir: str, config_name: str, overrides: List[str]) -> Tuple[s
     return paths[0], paths[1]
 
 
-def start_peer(train: str, dev: str, out: str, minutes: float, threads: int, core: Optional[int]):
+def run_peer(peer: str, env_settings: Dict[str, str], train: str, dev: str, out: str, minutes: float,
+             threads: int) -> Dict:
+    env = dict(os.environ, **PEERS[peer], **env_settings)
     command = ["bash", PEER, train, dev, dev, out, str(int(round(minutes))), str(threads)]
-    log = open(out + ".log", "w", encoding="utf-8")
-    return subprocess.Popen(pinned(command, core), stdout=log, stderr=subprocess.STDOUT)
+    with open(out + ".log", "w", encoding="utf-8") as log:
+        done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {peer} peer failed: see {out}.log")
+    return peer_results(out, dev)
 
 
 def peer_results(out: str, dev: str) -> Dict:
@@ -204,18 +211,20 @@ def peer_results(out: str, dev: str) -> Dict:
     processor = spm.SentencePieceProcessor(model_file=os.path.join(work, "spm.model"))
     with open(os.path.join(work, "test.hyp.sp"), encoding="utf-8") as handle:
         hypotheses = [processor.decode(line.split()) for line in handle.read().split("\n")[:-1]]
-    return {"reported": reported, "beam 4, alpha=beta=0.2": score(hypotheses, read_pairs(dev))}
+    return {"reported": reported, "beam": score(hypotheses, read_pairs(dev))}
 
 
 # ----------------------------------------------------------------------------- the run
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, nargs="+", default=[10, 30], help="training minutes of each run")
+    parser.add_argument("--minutes", type=float, nargs="+", default=[10, 30, 60], help="training minutes of each run")
     parser.add_argument("--threads", type=int, default=2, help="TensorFlow / PyTorch threads of each system")
-    parser.add_argument("--side-by-side", action="store_true",
-                        help="train ours and the peer at the same time, one core and one thread each")
-    parser.add_argument("--no-peer", action="store_true", help="train and score ours only")
+    parser.add_argument("--peers", nargs="+", choices=[*PEERS, "none"], default=list(PEERS),
+                        help="the peers to train beside ours (default: both)")
+    parser.add_argument("--peer-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for the peer runner, e.g. LR=0.002 (repeatable)")
+    parser.add_argument("--no-ours", action="store_true", help="train and score the peers only (a peer sweep)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for our runs (repeatable)")
     parser.add_argument("--tag", default="default", help="name of this configuration in the results")
@@ -226,42 +235,37 @@ def main(argv=None) -> int:
     if args.evaluate_worker:
         print(json.dumps(evaluate_worker(args.evaluate_worker)))
         return 0
-    threads = 1 if args.side_by_side else args.threads
+    peers = [] if "none" in args.peers else args.peers
+    peer_env = dict(setting.split("=", 1) for setting in args.peer_env)
     os.makedirs(args.workdir, exist_ok=True)
-    train_tsv, dev_tsv = write_split(args.workdir, "small", args.overrides)
+    train_tsv, dev_tsv = write_split(args.workdir, args.overrides)
     results = _load(args.output)
     for minutes in args.minutes:
-        # The training budget is max_minutes; the peer's is wall clock, start-up included.
         name = f"{args.tag}-{minutes:g}min"
-        ours_dir = os.path.join(args.workdir, f"ours-{name}")
-        peer_dir = os.path.join(args.workdir, f"peer-{minutes:g}min-{threads}t")
-        load_before = os.getloadavg()
-        print(f"{name}: training ours{'' if args.no_peer else ' and the peer'} for {minutes:g} minutes "
-              f"({threads} thread(s){', side by side' if args.side_by_side else ''})", file=sys.stderr, flush=True)
-        ours = train_ours(ours_dir, minutes, threads, args.overrides, 0 if args.side_by_side else None)
-        peer = None
-        if not args.no_peer:
-            if not args.side_by_side:
-                ours.wait()
-            peer = start_peer(train_tsv, dev_tsv, peer_dir, minutes, threads, 1 if args.side_by_side else None)
-        if ours.wait() != 0:
-            raise RuntimeError(f"training ours failed: see {ours_dir}.log")
-        if peer is not None and peer.wait() != 0:
-            raise RuntimeError(f"the peer failed: see {peer_dir}.log")
-        entry = {
-            "tag": args.tag, "minutes": minutes, "threads": threads, "side_by_side": args.side_by_side,
-            "overrides": args.overrides, "load_average_before": [round(v, 2) for v in load_before],
-            "ours": {**training_summary(ours_dir), "decodings": evaluate_ours(ours_dir, threads)},
-        }
-        if peer is not None:
-            from gnmt_tf import model_files
-
-            entry["peer"] = peer_results(peer_dir, model_files.dev_split_path(ours_dir))
-        results["runs"] = [r for r in results["runs"] if (r["tag"], r["minutes"], r["threads"]) != (
-            args.tag, minutes, threads)] + [entry]
+        entry = {"tag": args.tag, "minutes": minutes, "threads": args.threads, "overrides": args.overrides,
+                 "peer_env": peer_env, "date": time.strftime("%Y-%m-%d"),
+                 "load_average_before": [round(v, 2) for v in os.getloadavg()]}
+        if not args.no_ours:
+            ours_dir = os.path.join(args.workdir, f"ours-{name}")
+            print(f"{name}: training ours for {minutes:g} minutes", file=sys.stderr, flush=True)
+            seconds = train_ours(ours_dir, minutes, args.threads, args.overrides)
+            entry["ours"] = {**training_summary(ours_dir), "command_seconds": round(seconds, 1),
+                             "decodings": evaluate_ours(ours_dir, args.threads)}
+        for peer in peers:
+            print(f"{name}: training the {peer} peer for {minutes:g} minutes", file=sys.stderr, flush=True)
+            out = os.path.join(args.workdir, f"{peer}-{name}-{args.threads}t")
+            entry.setdefault("peers", {})[peer] = run_peer(peer, peer_env, train_tsv, dev_tsv, out, minutes,
+                                                            args.threads)
+        entry["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+        key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers))
+        results["runs"] = [r for r in results["runs"] if _key(r) != key] + [entry]
         _save(args.output, results)
         _print(entry)
     return 0
+
+
+def _key(run: Dict):
+    return (run["tag"], run["minutes"], run["threads"], "ours" not in run, tuple(run.get("peers", {})))
 
 
 def _load(path: str) -> Dict:
@@ -280,11 +284,9 @@ def _save(path: str, results: Dict) -> None:
 
 
 def _print(entry: Dict) -> None:
-    print(f"\n{entry['tag']}, {entry['minutes']:g} minutes, {entry['threads']} thread(s): "
-          f"ours {entry['ours'].get('steps')} steps, delta {entry['ours']['delta']:g}")
-    rows = [(f"ours: {name}", value) for name, value in entry["ours"]["decodings"].items()]
-    if "peer" in entry:
-        rows.append(("peer: OpenNMT-py, beam 4, alpha=beta=0.2", entry["peer"]["beam 4, alpha=beta=0.2"]))
+    print(f"\n{entry['tag']}, {entry['minutes']:g} minutes, {entry['threads']} thread(s)")
+    rows = [(f"ours: {name}", value) for name, value in entry.get("ours", {}).get("decodings", {}).items()]
+    rows += [(f"{peer} peer, beam", value["beam"]) for peer, value in entry.get("peers", {}).items()]
     print("| system, decoding | BLEU (BP, ratio) | long: BLEU (BP, ratio) |")
     print("|---|---|---|")
     for name, value in rows:
