@@ -253,7 +253,7 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
-    from gnmt_tf.model_files import load_model_dir, read_shortlist, shortlist_path
+    from gnmt_tf.model_files import find_checkpoint, load_model_dir, read_shortlist, shortlist_path
 
     validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
@@ -264,7 +264,10 @@ def export(request: ExportRequest, format_name: str) -> str:
             f"{target} already exists; pass another --version (next free: {next_version(request.output)}) "
             f"or remove it"
         )
-    model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint, warn=lambda message: request.log(f"warning: {message}"))
+    checkpoint = find_checkpoint(request.model_dir, request.checkpoint)
+    model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint,
+                                              warn=lambda message: request.log(f"warning: {message}"))
+    request.log(f"exporting {checkpoint} (--checkpoint {request.checkpoint})")
     if request.quantize == "int8":
         _require_final_delta(request, model, config)
     shortlist = read_shortlist(request.model_dir, vocab_size=tokenizer.vocab_size)
@@ -289,6 +292,7 @@ def export(request: ExportRequest, format_name: str) -> str:
     try:
         request.log(f"writing {format_name}{' int8' if request.quantize == 'int8' else ''} to {staging}")
         exporter.write(translator, staging)
+        write_metadata(staging, request, format_name, checkpoint, decoding)
         request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
         if request.quantize == "int8":
             _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlist)
@@ -302,6 +306,30 @@ def export(request: ExportRequest, format_name: str) -> str:
 
 
 QUANTIZE = ("none", "int8")
+METADATA_FILE = "export.json"  # in the version directory, beside the artifact (TF Serving reads only its own files)
+
+
+def write_metadata(directory: str, request: ExportRequest, format_name: str, checkpoint: str, decoding) -> str:
+    """``export.json``: what the export was made from and how, so a served version can be traced to its checkpoint."""
+    import json
+
+    import gnmt_tf
+
+    metadata = {
+        "checkpoint": os.path.abspath(checkpoint),
+        "checkpoint_choice": request.checkpoint,
+        "model_dir": os.path.abspath(request.model_dir),
+        "format": format_name,
+        "quantize": request.quantize,
+        "beam_width": decoding.beam_width,
+        "defaults": {"alpha": decoding.alpha, "beta": decoding.beta, "beamsize": decoding.beamsize},
+        "gnmt_tf": gnmt_tf.__version__,
+        "tensorflow": tf.__version__,
+    }
+    path = os.path.join(directory, METADATA_FILE)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(metadata, handle, indent=1)
+    return path
 
 
 def _require_final_delta(request, model, config) -> None:

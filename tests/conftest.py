@@ -196,6 +196,14 @@ def _export_float(model_dir, directory):
     # The op check of TF Serving's runtime ran (tests/export/test_serving_runtime.py tests it).
     assert "checked: every op is registered by TF Serving 2.20.0 (TensorFlow 2.20" in result.stdout
     assert f"exported {os.path.join(base, '1')}" in result.stdout
+    import json
+
+    from gnmt_tf import model_files
+
+    with open(os.path.join(base, "1", "export.json"), encoding="utf-8") as handle:  # what it was made from
+        metadata = json.load(handle)
+    assert metadata["checkpoint"] == os.path.abspath(model_files.find_checkpoint(model_dir, "best"))
+    assert (metadata["format"], metadata["quantize"], metadata["checkpoint_choice"]) == ("saved_model", "none", "best")
     return os.path.join(base, "1")
 
 

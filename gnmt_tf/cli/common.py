@@ -172,21 +172,11 @@ def decoding_overrides(args) -> dict:
 
 def load_translator(args):
     """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line,
-    with the directory's vocabulary shortlist if it has one."""
-    from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.model_files import ModelDirError, load_model_dir, read_shortlist, shortlist_path
+    with the directory's vocabulary shortlist if it has one: (translator, config, checkpoint path)."""
+    from gnmt_tf.inference.evaluation import load_translator as load
 
-    model, tokenizer, config = load_model_dir(args.model_dir, which=args.checkpoint)
-    shortlist = read_shortlist(args.model_dir, vocab_size=tokenizer.vocab_size)
-    if getattr(args, "use_shortlist", None) and shortlist is None:
-        raise ModelDirError(f"--shortlist: {args.model_dir} has no vocabulary shortlist "
-                            f"({shortlist_path(args.model_dir)}); python -m gnmt_tf.shortlist --model-dir "
-                            f"{args.model_dir} builds one")
-    translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
-        model, tokenizer, config.decoding, batch_size=args.batch_size, max_input_length=args.max_input_length,
-        shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=args.concurrent_batches,
-    )
-    return translator, config
+    return load(args.model_dir, args.checkpoint, batch_size=args.batch_size, max_input_length=args.max_input_length,
+                concurrent_batches=args.concurrent_batches, use_shortlist=getattr(args, "use_shortlist", None))
 
 
 def warn_truncated(translator) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from gnmt_tf.cli import common
 from gnmt_tf.cli.scaffold import Command
@@ -29,29 +28,25 @@ def add_arguments(parser) -> None:
 
 def evaluate(args) -> int:
     from gnmt_tf.data import read_parallel
-    from gnmt_tf.metrics.bleu import corpus_bleu
+    from gnmt_tf.inference.evaluation import evaluate as evaluate_translations
 
     pairs, report = read_parallel(args.test)
-    translator, config = common.load_translator(args)
+    translator, config, checkpoint = common.load_translator(args)
     # Opened before decoding: a path it cannot write fails now, not after the whole test set.
     hypotheses_file = open(args.hypotheses, "w", encoding="utf-8") if args.hypotheses else None
     print(report.summary(), file=sys.stderr)
     overrides = common.decoding_overrides(args)
-    sources = [source for source, _ in pairs]
-    references = [" ".join(target.split()) for _, target in pairs]
-
-    translator.translate(sources[: args.batch_size], **overrides)  # warm-up: trace the search
-    started = time.monotonic()
-    hypotheses = translator.translate(sources, **overrides)
-    seconds = time.monotonic() - started
+    evaluation = evaluate_translations(translator, pairs, overrides)  # warm-up batch first: tracing not timed
     common.warn_truncated(translator)
-    bleu = corpus_bleu(hypotheses, references)
+    bleu, hypotheses, seconds = evaluation.bleu, evaluation.hypotheses, evaluation.seconds
     words = sum(len(h.split()) for h in hypotheses)
     d = config.decoding
     result = {
         "bleu": round(bleu.score, 2),
         "bleu_text": bleu.text,
         "signature": bleu.signature,
+        "checkpoint": checkpoint,
+        "search": evaluation.search,
         "sentences": len(pairs),
         "skipped_lines": report.skipped_total,
         "truncated_inputs": translator.truncated,
@@ -74,6 +69,7 @@ def evaluate(args) -> int:
     else:
         print(f"{bleu.text}")
         print(f"signature: {bleu.signature}")
+        print(f"checkpoint: {checkpoint} ({evaluation.search})")
         print(
             f"decoding: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s "
             f"({len(pairs)} sentences in {seconds:.1f} s; beam {result['beam_width']}, alpha {result['alpha']}, "

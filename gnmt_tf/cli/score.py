@@ -40,7 +40,7 @@ def read_pairs(lines):
 def score(args) -> int:
     with common.open_text(args.input) as source:
         pairs = read_pairs(source)
-    translator, _ = common.load_translator(args)
+    translator, _, _ = common.load_translator(args)
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     scores = translator.score(sources, targets, alpha=args.alpha, beta=args.beta,
                               return_attention=bool(args.plot_attention))

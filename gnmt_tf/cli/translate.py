@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
 def translate(args) -> int:
     if args.plot_attention:
         os.makedirs(args.plot_attention, exist_ok=True)
-    translator, _ = common.load_translator(args)
+    translator, _, _ = common.load_translator(args)
     with common.open_text(args.input) as source, common.open_text(args.output, "w") as target:
         count = translate_stream(translator, source, target, args)
     print(f"translated {count:,} lines", file=sys.stderr)

@@ -102,7 +102,7 @@ def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
     result = export_command("--model-dir", model_dir, "--output", base, "--format", "tflite")
     assert result.returncode == 0, result.stderr[-3000:]
     version = os.path.join(base, "1")
-    assert sorted(os.listdir(version)) == ["translator.ops.txt", "translator.tflite"]
+    assert sorted(os.listdir(version)) == ["export.json", "translator.ops.txt", "translator.tflite"]
     ops = open(os.path.join(version, "translator.ops.txt"), encoding="utf-8").read().split()
     assert "WHILE" in ops and not any(op.startswith("Flex") for op in ops)
     from export.tflite import TFLiteTranslator
