@@ -79,13 +79,13 @@ def read_pairs(path: str) -> List[Tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- our system
-DECODINGS = (  # (name, checkpoint, greedy)
-    ("shipped weights (best/), beam", "best", False),
-    ("shipped weights (best/), greedy", "best", True),
-    ("raw weights of the last checkpoint, beam", "latest", False),
-    ("raw weights of the last checkpoint, greedy", "latest", True),
-    ("weight average at the end (averaged/), beam", "averaged", False),
-    (f"mean of the last {AVERAGED} checkpoints, beam", "checkpoint-mean", False),
+DECODINGS = (  # (name in the results, checkpoint, greedy): the shipped weights are what translate uses
+    ("shipped_beam", "best", False),
+    ("shipped_greedy", "best", True),
+    ("raw_beam", "latest", False),  # the raw weights of the last checkpoint
+    ("raw_greedy", "latest", True),
+    ("average_beam", "averaged", False),  # the weight average at the end of the run (averaged/)
+    ("checkpoint_mean_beam", "checkpoint-mean", False),  # python -m gnmt_tf.average of the last checkpoints
 )
 
 
