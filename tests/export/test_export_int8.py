@@ -5,6 +5,7 @@ on which the exporter checks every int8 export itself, so these tests do not rep
 """
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -209,3 +210,33 @@ def test_bad_int8_requests_fail_clearly(trained_number_model, tmp_path, capsys):
     with pytest.raises(ExportError, match="has no dev.tsv to check the int8 export's BLEU"):
         export(ExportRequest(model_dir=str(bare), output=str(tmp_path / "z"), quantize="int8", log=lambda m: None),
                "saved_model")
+
+
+@pytest.mark.parametrize("format_name", ["saved_model", "tflite"])
+def test_the_command_refuses_an_int8_export_of_a_checkpoint_trained_to_another_delta(
+        format_name, trained_number_model, tmp_path):
+    """Section 6's int8 ranges hold at the final delta: python -m export --quantize int8 of a checkpoint
+    saved mid-anneal (delta 4.25 here) fails with one error line naming both deltas, and writes nothing.
+    (The same refusal through the Python API, after a real run stopped mid-anneal: tests/training.)"""
+    import shutil
+
+    from gnmt_tf import model_files
+    from helpers import run_in_process
+
+    model_dir, _ = trained_number_model
+    mid_anneal = tmp_path / "mid_anneal"
+    mid_anneal.mkdir()
+    for name in (model_files.CONFIG_FILE, model_files.WORDPIECES_FILE, model_files.DEV_FILE):
+        shutil.copy(os.path.join(model_dir, name), mid_anneal)
+    model, _, _ = load_model_dir(model_dir)
+    model.set_clip_delta(4.25)
+    tf.train.Checkpoint(model=model).save(os.path.join(model_files.checkpoint_dir(str(mid_anneal)), "ckpt"))
+    output = tmp_path / "gnmt"
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", str(mid_anneal), "--output",
+                             str(output), "--format", format_name, "--quantize", "int8"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "writing" not in result.stdout  # refused before any work (stdout: the load's delta warning)
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"error: refusing an int8 export: the best checkpoint of {mid_anneal} was trained "
+                            f"to delta = 4.25, not the final delta = 1"), error
+    assert not output.exists()
