@@ -311,6 +311,7 @@ def _load_data(args, config):
 
 
 def _tokenizer(model_dir, config, train_pairs, resuming):
+    from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
 

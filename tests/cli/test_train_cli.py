@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -60,7 +61,19 @@ def _dev_loss(model_dir):
     return model.evaluate(data, verbose=0, return_dict=True)["loss"]
 
 
-def test_killed_run_resumes_to_the_same_state(tmp_path):
+def _checkpoint_values(path):
+    """{name: value} of every variable a checkpoint holds, but its own save counter and object graph."""
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not name.startswith("save_counter/")}
+
+
+def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
+    """A run killed with SIGKILL resumes from its last checkpoint with every weight and every optimizer
+    slot (Adam's moments, the step counter that sets the Adam/SGD phase and delta) as they were saved,
+    bit for bit, and trains on from there to the state of a run that was never interrupted."""
+    from gnmt_tf.models.gnmt import GNMT
+
     train_tsv, dev_tsv = str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv")
     _write_tsv(train_tsv, number_word_pairs(1500, seed=3))
     _write_tsv(dev_tsv, number_word_pairs(50, seed=4))
@@ -68,17 +81,20 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
 
     # The run to be killed is a process; the uninterrupted run and the resumed one run in this process.
     killed = str(tmp_path / "killed")
-    process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.log"
+    with open(log, "w") as handle:
+        process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
+                                   stdout=subprocess.DEVNULL, stderr=handle)
     try:
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and process.poll() is None:
             latest = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)) if os.path.isdir(killed) else None
             if latest and int(latest.rsplit("-", 1)[1]) >= 20:
                 break
             time.sleep(0.2)
         else:
-            pytest.fail("the run wrote no checkpoint in time")
+            pytest.fail(f"the run wrote no checkpoint in time (exit status {process.poll()}): "
+                        f"{log.read_text()[-2000:]}")
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
@@ -86,14 +102,46 @@ def test_killed_run_resumes_to_the_same_state(tmp_path):
             process.kill()
     step_at_kill, _, phase_at_kill = _final_state(killed)
     assert 20 <= step_at_kill < 60 and phase_at_kill  # killed while still in the Adam phase
+    left = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed))
+    assert left.endswith(f"ckpt-{step_at_kill}")
+    saved = _checkpoint_values(left)  # read now: the resumed run deletes old checkpoints (keep_checkpoints)
 
     straight = str(tmp_path / "straight")
     straight_run = run_in_process(_train_cli(straight, *data_args, "--max-steps", "60"))
     assert straight_run.returncode == 0, straight_run.stderr[-2000:]
+
+    # The state the resumed run trains from: every variable of its model and optimizer when fit starts,
+    # written as a checkpoint of the same objects.
+    started_from = str(tmp_path / "started_from" / "state")
+    fit = GNMT.fit
+
+    def fit_from_a_recorded_state(self, *args, **kwargs):
+        if not os.path.exists(started_from + ".index"):
+            tf.train.Checkpoint(model=self, optimizer=self.optimizer).write(started_from)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(GNMT, "fit", fit_from_a_recorded_state)
     resumed = run_in_process(_train_cli(killed, *data_args, "--max-steps", "60"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming from" in resumed.stdout and f"at step {step_at_kill}" in resumed.stdout
+    assert f"resuming from {left} at step {step_at_kill}" in resumed.stdout
 
+    restored = _checkpoint_values(started_from)
+    assert sorted(restored) == sorted(saved)  # the same variables: none missing, none new
+    differing = [name for name, value in saved.items()
+                 if restored[name].dtype != value.dtype or not np.array_equal(restored[name], value)]
+    assert not differing, differing
+    # What was compared: the weights and delta, and the optimizer's step counter and Adam moments
+    # (two per trainable weight), which at this step are far from their zero start.
+    model_weights = [name for name in saved if name.startswith("model/")]
+    optimizer_slots = [name for name in saved if name.startswith("optimizer/") and "iterations" not in name]
+    assert saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"] == step_at_kill
+    assert any("clip_delta" in name for name in model_weights)
+    assert len(optimizer_slots) >= 2 * (len(model_weights) - 1) > 20
+    assert sum(np.any(saved[name] != 0) for name in optimizer_slots) >= 0.9 * len(optimizer_slots)
+
+    # Training went on from there (every kernel moved) to where the uninterrupted run ended.
+    final = _checkpoint_values(tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)))
+    assert all(not np.array_equal(final[name], saved[name]) for name in model_weights if "kernel" in name)
     assert _final_state(killed) == _final_state(straight)  # (60, delta 1.0, SGD phase) for both
     assert _final_state(straight) == (60, 1.0, False)
     straight_loss, resumed_loss = _dev_loss(straight), _dev_loss(killed)

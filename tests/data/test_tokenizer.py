@@ -72,10 +72,18 @@ def ws_fold(text):
 
 
 def test_whitespace_set_is_exactly_what_whitespace_tokenizer_splits_on():
-    code_points = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
-    words = tf_text.WhitespaceTokenizer().tokenize(tf.constant(["a" + chr(c) + "b" for c in code_points]))
-    splits = {chr(c) for c, n in zip(code_points, words.row_lengths().numpy()) if n == 2}
-    assert splits == WHITESPACE
+    code_points = np.arange(1, 0x110000, dtype=np.uint32)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]  # every character but NUL
+    # One string holding every character, each between two "a"s: a word starts right after each
+    # character the tokenizer splits on, at the byte offset of the "a" that follows it.
+    text = np.full(2 * len(code_points) + 1, ord("a"), np.uint32)
+    text[1::2] = code_points
+    utf8_bytes = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
+    next_a = np.cumsum(1 + utf8_bytes)
+    _, starts, _ = tf_text.WhitespaceTokenizer().tokenize_with_offsets(
+        tf.constant([text.tobytes().decode("utf-32-le")]))
+    splits = {chr(c) for c in code_points[np.isin(next_a, starts.flat_values.numpy())]}
+    assert splits == WHITESPACE and len(starts.flat_values) == len(WHITESPACE) + 1
     assert len(WHITESPACE) == 25  # Unicode's White_Space property
     # Python's str.isspace()/str.split() also split on U+001C..U+001F; WhitespaceTokenizer does not.
     assert {chr(c) for c in range(0x110000) if chr(c).isspace()} - WHITESPACE == set("\x1c\x1d\x1e\x1f")

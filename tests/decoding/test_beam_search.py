@@ -202,11 +202,15 @@ def gnmt_search(model, source, **kwargs):
     return beam_search(model.step, model.initial_state(memory), memory.mask, **kwargs)
 
 
+def every_output(vocab, limit):
+    """Every output y_1..y_n (EOS follows) with n + 1 <= limit tokens, y_i neither PAD, BOS nor EOS."""
+    tokens = [v for v in range(vocab) if v not in (PAD_ID, BOS_ID, EOS_ID)]
+    return [seq for n in range(limit) for seq in itertools.product(tokens, repeat=n)]
+
+
 def brute_force_best(model, source, limit):
     """Every output y_1..y_n EOS with n + 1 <= limit (PAD and BOS excluded), scored exactly."""
-    vocab = model.model_config.vocab_size
-    tokens = [v for v in range(vocab) if v not in (PAD_ID, BOS_ID, EOS_ID)]
-    candidates = [seq for n in range(limit) for seq in itertools.product(tokens, repeat=n)]
+    candidates = every_output(model.model_config.vocab_size, limit)
     width = limit
     target_in = np.full((len(candidates), width), PAD_ID, np.int32)
     target_out = np.full((len(candidates), width), PAD_ID, np.int32)
@@ -240,6 +244,80 @@ def test_exact_search_matches_brute_force(seed, eos_rule, beam_width):
     assert found[0] == best_seq
     assert found[1] == pytest.approx(best_log_prob, abs=1e-4)  # alpha = beta = 0: score = log P
     assert float(out.log_probs[0, 0]) == pytest.approx(best_log_prob, abs=1e-4)
+
+
+class RecurrentTable:
+    """A fake model whose logits and attention depend on the whole prefix fed so far: a random tanh
+    recurrence over the fed tokens' embeddings, read out into logits and into attention over the source.
+    ``step_fn`` is it in TensorFlow for the search; ``steps`` is it again in NumPy (float64) for the
+    brute force."""
+
+    def __init__(self, seed, vocab=7, source_len=2, units=4):
+        rng = np.random.default_rng(seed)
+        self.vocab, self.units = vocab, units
+        self.embedding = rng.normal(0.0, 1.5, (vocab, units))
+        self.recurrent = rng.normal(0.0, 1.0, (units, units))
+        self.readout = rng.normal(0.0, 1.5, (units, vocab))
+        self.attend = rng.normal(0.0, 2.0, (units, source_len))
+
+    def step_fn(self, state, tokens):
+        f32 = lambda array: tf.constant(array, tf.float32)  # noqa: E731
+        h = tf.tanh(state["h"] @ f32(self.recurrent) + tf.gather(f32(self.embedding), tokens))
+        return h @ f32(self.readout), tf.nn.softmax(h @ f32(self.attend)), {"h": h}
+
+    def steps(self, fed):
+        """(log-softmax of the logits, attention) of each step when ``fed`` is fed, one token a step."""
+        h = np.zeros(self.units)
+        for token in fed:
+            h = np.tanh(h @ self.recurrent + self.embedding[token])
+            logits, scores = h @ self.readout, h @ self.attend
+            yield logits - np.log(np.exp(logits).sum()), np.exp(scores) / np.exp(scores).sum()
+
+
+def brute_force_ranking(model, limit, alpha, beta):
+    """Every output within ``limit`` tokens (EOS included) as (eq. 14 score, tokens, log P), best first.
+
+    Eq. 14 written out: log P / ((5 + |Y|) / 6)^alpha + beta * sum_i log(min(sum_j p_ij, 1)), |Y| and
+    j counting the final EOS too.
+    """
+    ranked = []
+    for seq in every_output(model.vocab, limit):
+        steps = list(model.steps((BOS_ID,) + seq))
+        log_p = sum(log_probs[token] for (log_probs, _), token in zip(steps, seq + (EOS_ID,)))
+        coverage = np.sum([attention for _, attention in steps], axis=0)
+        length = len(seq) + 1
+        score = log_p / ((5 + length) / 6) ** alpha + beta * np.sum(np.log(np.minimum(coverage, 1.0)))
+        ranked.append((score, seq, log_p))
+    return sorted(ranked, key=lambda entry: entry[0], reverse=True)
+
+
+# As in test_exact_search_matches_brute_force: 4 emittable tokens, at most 3 before EOS (2 source
+# tokens, ratio 2), so beam 64 keeps every prefix ("every_beam") and beam 320 admits every EOS ("top_k").
+@pytest.mark.parametrize("seed,alpha,beta,eos_rule,beam_width", [
+    (0, 0.2, 1.0, "every_beam", 64), (4, 0.6, 0.4, "every_beam", 64), (6, 0.6, 0.4, "top_k", 320),
+    (7, 2.0, 0.6, "top_k", 320),
+])
+def test_exact_search_with_penalties_matches_brute_force(seed, alpha, beta, eos_rule, beam_width):
+    """Eq. 14 with alpha, beta > 0: the best output and the n-best order of an exhaustive search are those
+    of the enumeration of every output."""
+    model = RecurrentTable(seed)
+    limit, n_best = 4, 8
+    ranked = brute_force_ranking(model, limit, alpha, beta)
+    scores = np.array([score for score, _, _ in ranked[: n_best + 1]])
+    assert np.all(np.diff(scores) < -1e-3)  # no near-ties: float32 cannot reorder them
+    # Both penalties decide here: without either one (or both) the best output is another one.
+    best = [seq for _, seq, _ in ranked[:n_best]]
+    for other_alpha, other_beta in ((alpha, 0.0), (0.0, beta), (0.0, 0.0)):
+        assert brute_force_ranking(model, limit, other_alpha, other_beta)[0][1] != best[0]
+
+    out = beam_search(model.step_fn, {"h": tf.zeros([1, model.units])}, tf.ones([1, 2], tf.bool),
+                      beam_width=beam_width, alpha=alpha, beta=beta, beamsize=NO_PRUNING,
+                      max_length_ratio=2.0, n_best=n_best, eos_rule=eos_rule)
+    found = hypotheses(out)
+    assert [seq for seq, _ in found] == best
+    np.testing.assert_allclose([score for _, score in found], scores[:n_best], atol=1e-4)
+    log_probs = [log_p for _, _, log_p in ranked[:n_best]]
+    np.testing.assert_allclose(out.log_probs.numpy()[0], log_probs, atol=1e-4)
 
 
 def test_batch_invariance():

@@ -5,6 +5,8 @@ on which the exporter checks every int8 export itself, so these tests do not rep
 """
 
 import os
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -146,33 +148,78 @@ def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports):
         assert (difference > 0).mean() < 1e-3
 
 
-def test_int8_artifacts_are_at_least_3x_smaller(trained_number_model, tmp_path):
-    """Whole artifacts on disk, float vs int8, for a model whose weights outweigh its graph.
+@pytest.fixture(scope="module")
+def synthetic_artifacts(trained_number_model, tmp_path_factory):
+    """Every export format, float and int8, of an untrained GNMT trained with dropout: {(format, quantize):
+    directory}, and the model. (TFLite only where its interpreter is installed.)
 
-    Two layers a side: the ratio is the weights', and fewer layers are quicker to trace four times.
+    Two 320-unit layers a side, so that the weights outweigh the graph (the sizes' ratio is the
+    weights'), and fewer layers are quicker to trace four times. Dropout 0.3, so that a dropout op
+    left in a decoding graph would be in these artifacts.
     """
+    import importlib.util
+
     from gnmt_tf.config import load_config
     from gnmt_tf.models.gnmt import GNMT
 
     model_dir, _ = trained_number_model
     _, tokenizer, config = load_model_dir(model_dir)
-    model_config = load_config("tiny", {"model.units": 320, "model.attention_units": 64, "model.encoder_layers": 2,
-                                         "model.decoder_layers": 2,
+    model_config = load_config("tiny", {"model.units": 320, "model.attention_units": 64,
+                                         "model.encoder_layers": 2, "model.decoder_layers": 2, "model.dropout": 0.3,
                                          "model.vocab_size": tokenizer.vocab_size}).model
     model = GNMT(model_config)
     model.build()
-    sizes = {}
+    base = tmp_path_factory.mktemp("synthetic_artifacts")
+    directories = {}
     for exporter_class in (SavedModelExporter, TFLiteExporter):
-        if exporter_class is TFLiteExporter:
-            pytest.importorskip("ai_edge_litert")
+        if exporter_class is TFLiteExporter and not importlib.util.find_spec("ai_edge_litert"):
+            continue
         for quantize in ("none", "int8"):
             exporter = exporter_class(ExportRequest(model_dir="", output="", quantize=quantize))
-            directory = str(tmp_path / f"{exporter.format_name}_{quantize}")
+            directory = str(base / f"{exporter.format_name}_{quantize}")
             exporter.write(exporter.module(model, tokenizer, config.decoding), directory)
-            sizes[exporter.format_name, quantize] = directory_bytes(directory)
+            directories[exporter.format_name, quantize] = directory
+    return directories, model
+
+
+def test_int8_artifacts_are_at_least_3x_smaller(synthetic_artifacts):
+    """Whole artifacts on disk, float vs int8, for a model whose weights outweigh its graph."""
+    directories, _ = synthetic_artifacts
+    if ("tflite", "none") not in directories:
+        pytest.skip("ai_edge_litert (the TFLite interpreter) is not installed")
+    sizes = {key: directory_bytes(directory) for key, directory in directories.items()}
     for format_name in ("saved_model", "tflite"):
         ratio = sizes[format_name, "none"] / sizes[format_name, "int8"]
         assert ratio >= 3.0, f"{format_name}: float {sizes[format_name, 'none']} B, int8 {sizes[format_name, 'int8']} B"
+
+
+# Op names of random number generation, as TensorFlow (RandomUniform, StatelessRandomUniformV2, ...) and
+# TFLite (RANDOM_UNIFORM, MULTINOMIAL, ...) name them: what a dropout left in a graph adds.
+RANDOM_OP = re.compile(r"random|multinomial", re.IGNORECASE)
+
+
+def test_dropout_is_in_training_graphs_and_in_no_export(synthetic_artifacts):
+    """Dropout (section 8.3) regularizes training only: a training forward pass of the model holds random
+    ops, and no export of it (SavedModel or TFLite, float or int8: every graph and function a loader
+    instantiates, every op of every subgraph) holds any."""
+    from export.serving_runtime import saved_model_nodes
+    from gnmt_tf.vocab import BOS_ID, EOS_ID
+
+    directories, model = synthetic_artifacts
+    source, target = tf.constant([[5, 6, EOS_ID]]), tf.constant([[BOS_ID, 7, 8]])
+    graph = tf.function(lambda x, y: model((x, y), training=True)).get_concrete_function(source, target).graph
+    training_ops = {node.op for node in graph.as_graph_def().node}
+    training_ops |= {node.op for function in graph.as_graph_def().library.function for node in function.node_def}
+    assert any(RANDOM_OP.search(op) for op in training_ops), sorted(training_ops)  # the scan finds dropout
+
+    assert {("saved_model", "none"), ("saved_model", "int8")} <= set(directories)
+    for (format_name, quantize), directory in directories.items():
+        if format_name == "saved_model":
+            ops = {node.op for nodes in saved_model_nodes(directory).values() for node in nodes}
+        else:
+            with open(os.path.join(directory, TFLiteExporter.OPS_FILE), encoding="utf-8") as handle:
+                ops = set(handle.read().split())
+        assert len(ops) > 20 and not [op for op in ops if RANDOM_OP.search(op)], (format_name, quantize)
 
 
 def test_int8_bleu_check_rejects_a_drop_beyond_the_tolerance(trained_number_model, tmp_path, monkeypatch):
@@ -209,3 +256,33 @@ def test_bad_int8_requests_fail_clearly(trained_number_model, tmp_path, capsys):
     with pytest.raises(ExportError, match="has no dev.tsv to check the int8 export's BLEU"):
         export(ExportRequest(model_dir=str(bare), output=str(tmp_path / "z"), quantize="int8", log=lambda m: None),
                "saved_model")
+
+
+@pytest.mark.parametrize("format_name", ["saved_model", "tflite"])
+def test_the_command_refuses_an_int8_export_of_a_checkpoint_trained_to_another_delta(
+        format_name, trained_number_model, tmp_path):
+    """Section 6's int8 ranges hold at the final delta: python -m export --quantize int8 of a checkpoint
+    saved mid-anneal (delta 4.25 here) fails with one error line naming both deltas, and writes nothing.
+    (The same refusal through the Python API, after a real run stopped mid-anneal: tests/training.)"""
+    import shutil
+
+    from gnmt_tf import model_files
+    from helpers import run_in_process
+
+    model_dir, _ = trained_number_model
+    mid_anneal = tmp_path / "mid_anneal"
+    mid_anneal.mkdir()
+    for name in (model_files.CONFIG_FILE, model_files.WORDPIECES_FILE, model_files.DEV_FILE):
+        shutil.copy(os.path.join(model_dir, name), mid_anneal)
+    model, _, _ = load_model_dir(model_dir)
+    model.set_clip_delta(4.25)
+    tf.train.Checkpoint(model=model).save(os.path.join(model_files.checkpoint_dir(str(mid_anneal)), "ckpt"))
+    output = tmp_path / "gnmt"
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", str(mid_anneal), "--output",
+                             str(output), "--format", format_name, "--quantize", "int8"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "writing" not in result.stdout  # refused before any work (stdout: the load's delta warning)
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"error: refusing an int8 export: the best checkpoint of {mid_anneal} was trained "
+                            f"to delta = 4.25, not the final delta = 1"), error
+    assert not output.exists()

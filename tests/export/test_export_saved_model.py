@@ -5,9 +5,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from export.exporters import ExportError, ExportRequest, export, next_version
+from export.exporters import EXPORTERS, ExportError, Exporter, ExportRequest, export, next_version
+from gnmt_tf import model_files
 from helpers import ROOT, run_in_process
 
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -67,18 +69,81 @@ def test_layout_and_fresh_process_without_gnmt_tf(exported):
     assert out["translations"][0] == "trois un quatre" and out["translations"][1] == ""
 
 
-def test_next_version_and_existing_version(exported, tmp_path):
-    from conftest import copy_version
+class MarkerExporter(Exporter):
+    """An artifact format of one small file, translated by appending "!" to each sentence: the export's
+    version, staging and check logic without a TensorFlow artifact (which takes tens of seconds)."""
 
-    model_dir, shared_base = exported
-    base = copy_version(os.path.join(shared_base, "1"), str(tmp_path / "gnmt"))  # the shared one stays as it is
-    assert next_version(base) == 2
-    logs = []
-    target = export(ExportRequest(model_dir=model_dir, output=base, log=logs.append), "saved_model")
-    assert target == os.path.join(base, "2") and os.path.isdir(target)
-    with pytest.raises(ExportError, match="already exists; pass another --version \\(next free: 3\\)"):
-        export(ExportRequest(model_dir=model_dir, output=base, version=2, log=logs.append), "saved_model")
-    assert sorted(os.listdir(base)) == ["1", "2"]
+    format_name = "marker"
+
+    def module(self, model, tokenizer, decoding, shortlist=None):
+        return None
+
+    def write(self, translator, directory):
+        os.makedirs(directory)
+        with open(os.path.join(directory, "artifact.txt"), "w", encoding="utf-8") as handle:
+            handle.write("written\n")
+
+    def translate(self, directory, sentences, switch=None):
+        assert os.path.exists(os.path.join(directory, "artifact.txt"))  # the staged artifact, before the move
+        return [f"{sentence}!" for sentence in sentences]
+
+
+class ExclaimingTranslator:
+    """Stands in for the Keras model's translator in the export's check: it translates as MarkerExporter."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def translate(self, sentences, **overrides):
+        return [f"{sentence}!" for sentence in sentences]
+
+
+def test_next_version_and_existing_version(trained_number_model, tmp_path, monkeypatch):
+    model_dir, _ = trained_number_model
+    monkeypatch.setitem(EXPORTERS, "marker", MarkerExporter)
+    monkeypatch.setattr("gnmt_tf.inference.translator.Translator", ExclaimingTranslator)
+    base = tmp_path / "gnmt"
+    assert next_version(str(base)) == 1  # no base path yet
+    for name in ("1", "3", "notes", ".tmp-9-123"):  # versions are the numeric names only
+        (base / name).mkdir(parents=True)
+    (base / "12.txt").write_text("not a version")
+    assert next_version(str(base)) == 4
+
+    def export_marker(**options):
+        request = ExportRequest(model_dir=model_dir, output=str(base), log=lambda m: None, **options)
+        return export(request, "marker")
+
+    target = export_marker()
+    assert target == str(base / "4") and sorted(os.listdir(target)) == ["artifact.txt"]
+    assert export_marker(version=2) == str(base / "2")  # a free number below the highest is taken as given
+    # An existing version is refused before anything is loaded, naming the next free one.
+    loads = []
+    real_load = model_files.load_model_dir
+    monkeypatch.setattr("gnmt_tf.model_files.load_model_dir",
+                        lambda *args, **kwargs: loads.append(args) or real_load(*args, **kwargs))
+    with pytest.raises(ExportError, match="4 already exists; pass another --version \\(next free: 5\\)"):
+        export_marker(version=4)
+    assert loads == []
+    assert export_marker() == str(base / "5") and len(loads) == 1
+    # Every export went through a staging directory that is gone: only the old hidden one is left.
+    assert sorted(os.listdir(base)) == [".tmp-9-123", "1", "12.txt", "2", "3", "4", "5", "notes"]
+
+
+def test_an_export_that_translates_differently_is_refused_leaving_nothing(trained_number_model, tmp_path,
+                                                                          monkeypatch):
+    """python -m export checks that the artifact translates like the Keras model (the real Translator here);
+    one that does not is refused with one error line, and no version or staging directory is left."""
+    model_dir, _ = trained_number_model
+    monkeypatch.setitem(EXPORTERS, "marker", MarkerExporter)
+    base = tmp_path / "gnmt"
+    result = export_command("--model-dir", model_dir, "--output", str(base), "--format", "marker")
+    assert result.returncode == 1
+    [error] = result.stderr.splitlines()
+    first = model_files.read_dev_split(model_dir)[0][0]  # the first of the check sentences
+    assert error.startswith("error: the exported marker translates 10 of 10 check sentences differently "
+                            f"from the model: {first!r}: model "), error
+    assert f" vs export {first + '!'!r}" in error
+    assert not base.exists() or os.listdir(base) == []
 
 
 def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
@@ -95,9 +160,13 @@ def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
     assert not (tmp_path / "y").exists() or not os.listdir(tmp_path / "y")
 
 
-def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
+def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, tmp_path):
+    """The fixture model's TFLite export against its SavedModel, on 20 held-out sentences and the edge
+    cases: the same translations, and the same eq. 14 scores up to float32 rounding."""
     pytest.importorskip("ai_edge_litert")
-    model_dir, _ = trained_number_model
+    import tensorflow as tf
+
+    model_dir, saved_model_base = exported
     base = str(tmp_path / "gnmt_tflite")
     result = export_command("--model-dir", model_dir, "--output", base, "--format", "tflite")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -107,8 +176,16 @@ def test_tflite_export_through_the_cli(trained_number_model, tmp_path):
     assert "WHILE" in ops and not any(op.startswith("Flex") for op in ops)
     from export.tflite import TFLiteTranslator
 
-    translations, _ = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(SENTENCES)
+    with open(os.path.join(model_dir, "test.tsv"), encoding="utf-8") as handle:
+        held_out = [line.split("\t")[0] for line in handle][:20]
+    sentences = SENTENCES + held_out
+    translations, scores = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(sentences)
+    saved_model = tf.saved_model.load(os.path.join(saved_model_base, "1")).signatures["serving_default"]
+    expected = saved_model(sentences=tf.constant(sentences))
+    assert translations == [text.decode("utf-8") for text in expected["translations"].numpy()]
+    np.testing.assert_allclose(scores, expected["scores"].numpy(), rtol=1e-4, atol=1e-4)
     assert translations[0] == "trois un quatre" and translations[1] == ""
+    assert sum(bool(t) for t in translations) == len(sentences) - 1  # only the empty sentence is empty
 
 
 def test_warmup_records_replay_through_the_saved_model(exported):

@@ -83,6 +83,29 @@ def test_step_api_equals_teacher_forcing(input_feeding):
     assert np.all(probs.numpy()[0, :, 4:] == 0.0)
 
 
+def test_dropout_acts_in_training_only():
+    """Dropout (section 8.3) on every layer's input and the top output: two training passes differ (each
+    drops its own units); outside training, passes and decoding steps compute what the same weights
+    without dropout compute."""
+    with_dropout = build(tiny_model_config(dropout=0.3), weight_scale=0.3)
+    without = build(tiny_model_config(dropout=0.0))
+    without.set_weights(with_dropout.get_weights())
+    rng = np.random.default_rng(5)
+    source, target = random_ids(rng, 2, 6, 64), random_ids(rng, 2, 5, 64)
+    first, second = (with_dropout((source, target), training=True).numpy() for _ in range(2))
+    assert np.abs(first - second).max() > 1e-2
+    reference = without((source, target), training=False).numpy()
+    for training in (False, None):  # None: as Keras calls a model outside fit
+        np.testing.assert_array_equal(with_dropout((source, target), training=training).numpy(), reference)
+    memories = [model.encode(source) for model in (with_dropout, without)]
+    states = [model.initial_state(memory) for model, memory in zip((with_dropout, without), memories)]
+    for t in range(3):
+        (logits, attention, states[0]), (logits_0, attention_0, states[1]) = (
+            model.step(state, target[:, t]) for model, state in zip((with_dropout, without), states))
+        np.testing.assert_array_equal(logits.numpy(), logits_0.numpy())
+        np.testing.assert_array_equal(attention.numpy(), attention_0.numpy())
+
+
 @pytest.mark.parametrize("logit_clip", [25.0, 0.3], ids=["unclipped", "clipped"])
 def test_step_with_softmax_columns_computes_only_those_logits(logit_clip):
     """A vocabulary shortlist's step: NumPy's logits (eq. 13, clip included) at the ids given, -inf elsewhere."""
@@ -125,8 +148,11 @@ def test_paper_config_parameter_count():
     config = load_config("gnmt_wmt14_enfr").model
     hand = expected_parameter_count(32000, 1024, 1024, 1024, 8, 8, input_feeding=False)
     assert hand == 261_915_904  # ~262M; with input feeding ~266M (below)
-    model = GNMT(config)
-    model.build()
+    # Built in a graph that is never run: the same layers and weight shapes as an eager build, without
+    # allocating and initializing the 1 GB of weights.
+    with tf.Graph().as_default():
+        model = GNMT(config)
+        model.build()
     assert model.count_params() - 1 == hand  # minus the non-trainable delta
     assert sum(int(np.prod(w.shape)) for w in model.trainable_weights) == hand
     with_feeding = expected_parameter_count(32000, 1024, 1024, 1024, 8, 8, input_feeding=True)
@@ -139,6 +165,11 @@ def test_small_config_parameter_count_with_input_feeding():
     model.build()
     hand = expected_parameter_count(64, 32, 32, 16, 4, 4, input_feeding=True)
     assert sum(int(np.prod(w.shape)) for w in model.trainable_weights) == hand
+    # A build in a graph (how the paper config is counted above) makes the same weights.
+    with tf.Graph().as_default():
+        in_graph = GNMT(config)
+        in_graph.build()
+    assert [w.shape for w in in_graph.weights] == [w.shape for w in model.weights]
 
 
 def test_initialisation_is_uniform_and_distinct():

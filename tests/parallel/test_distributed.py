@@ -399,8 +399,11 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     import tensorflow as tf
 
     from gnmt_tf import model_files
-    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.data import make_dataset
     from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.metrics.bleu import corpus_bleu
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.models.losses import SequenceCrossEntropy
 
     chief_port, worker_port, ps_port = _free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"],
@@ -436,9 +439,36 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
         model.source_embedding.embeddings.numpy(),
         tf.train.load_variable(path, "model/source_embedding/embeddings/.ATTRIBUTES/VARIABLE_VALUE"),
     )
-    model.set_clip_delta(config.model.clip_delta)
-    translation = Translator(model, tokenizer).greedy(["one two three"])[0]
-    assert isinstance(translation, str)
-    # The best checkpoint (written from the chief's one-device copy) loads the same way.
+    # What a working run must show: its weights moved from the checkpoint of step 4 to that of step 8 ...
+    earlier = tf.train.get_checkpoint_state(str(model_dir / "checkpoints")).all_model_checkpoint_paths[0]
+    assert earlier.endswith("ckpt-4")
+    kernels = [name for name, _ in tf.train.list_variables(path) if name.startswith("model/") and "kernel" in name]
+    assert len(kernels) > 10 and all(
+        not np.array_equal(tf.train.load_variable(path, name), tf.train.load_variable(earlier, name))
+        for name in kernels)
+    # ... its dev loss fell, below an untrained model's (log V: a uniform softmax) and from step 4 to step
+    # 8, and the chief reported the perplexity of these weights (at their delta, as here); and it learned
+    # the target language: the French references are far more probable than the English sources copied.
+    dev_pairs = model_files.read_dev_split(str(model_dir))
+
+    def dev_loss(pairs):
+        data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
+                            shuffle_buffer=1, seed=0, training=False)
+        return model.evaluate(data, verbose=0, return_dict=True)["loss"]
+
+    model.compile(loss=SequenceCrossEntropy())
+    loss_at_8, copy_loss_at_8 = dev_loss(dev_pairs), dev_loss([(source, source) for source, _ in dev_pairs])
+    reported = float(re.search(r"dev perplexity: ([0-9.]+)", output).group(1))
+    assert reported == pytest.approx(np.exp(loss_at_8), abs=0.006), (reported, loss_at_8)
+    model.set_weights(model_files.build_model(config, earlier).get_weights())
+    loss_at_4 = dev_loss(dev_pairs)
+    assert loss_at_8 < loss_at_4 and loss_at_8 < np.log(tokenizer.vocab_size) - 0.3, (loss_at_4, loss_at_8)
+    assert copy_loss_at_8 > loss_at_8 + 0.3, (loss_at_8, copy_loss_at_8)
+    # It translates the dev sources as the chief did for the dev BLEU it reported (greedy, at the delta the
+    # weights were trained to), and the best checkpoint, written from the chief's one-device copy at that
+    # evaluation, holds the same weights and delta.
+    model.set_weights(model_files.build_model(config, path).get_weights())
+    translations = Translator(model, tokenizer).greedy([source for source, _ in dev_pairs])
+    assert f"dev {corpus_bleu(translations, [target for _, target in dev_pairs])}" in output
     best, _, _ = model_files.load_model_dir(str(model_dir), which="best")
-    assert Translator(best, tokenizer).greedy(["one two three"])[0] == translation
+    assert all(np.array_equal(a, b) for a, b in zip(best.get_weights(), model.get_weights()))

@@ -264,25 +264,36 @@ def _train_main(*args):
 
 @pytest.fixture(scope="module")
 def refined_number_model(trained_number_model, tmp_path_factory):
-    """``--refine qat`` for 30 steps on a copy of the session's trained number model."""
+    """``--refine qat`` for 30 steps on a copy of the session's trained number model, with the model's own
+    dev split (the command's default): (init dir, out dir, exit status, what the command printed)."""
+    from helpers import run_in_process
+
     model_dir, _ = trained_number_model
     work = tmp_path_factory.mktemp("qat")
     init_dir = str(work / "init")
     shutil.copytree(model_dir, init_dir)  # the session fixture is shared: never write into it
-    shutil.copy(os.path.join(init_dir, "test.tsv"), model_files.dev_split_path(init_dir))
     train_tsv = write_number_training_tsv(work / "train.tsv")  # the fixture's training data
     out_dir = str(work / "out")
-    code = _train_main(
-        "--refine", "qat", "--init-from", init_dir, "--model-dir", out_dir, "--train", train_tsv,
-        "--max-steps", "30", "--set", "training.checkpoint_every=15", "--set", "training.eval_every=1000",
-        "--quiet",
-    )
-    return init_dir, out_dir, code
+    result = run_in_process([
+        sys.executable, "-m", "gnmt_tf.train", "--refine", "qat", "--init-from", init_dir, "--model-dir", out_dir,
+        "--train", train_tsv, "--max-steps", "30", "--set", "training.checkpoint_every=15",
+        "--set", "training.eval_every=1000", "--quiet",
+    ])
+    return init_dir, out_dir, result.returncode, result.stdout
 
 
 def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
-    init_dir, out_dir, code = refined_number_model
+    init_dir, out_dir, code, output = refined_number_model
     assert code == 0
+    # It evaluates on the model's dev split and leaves out of training the training pairs found in it (the
+    # fixture's short sentences recur in both: about half of its dev pairs are training pairs).
+    dev_pairs = model_files.read_dev_split(init_dir)
+    held_out = {model_files.folded(pair) for pair in dev_pairs}
+    train_pairs, _ = read_tsv(os.path.join(os.path.dirname(init_dir), "train.tsv"))
+    left_out = sum(model_files.folded(pair) in held_out for pair in train_pairs)
+    assert left_out > 0  # a real overlap, so that this checks something
+    assert f"{left_out:,} training pairs found in it are left out" in output
+    assert f"training on {len(train_pairs) - left_out:,} pairs, evaluating on {len(dev_pairs):,}" in output
     model, tokenizer, config = model_files.load_model_dir(out_dir)  # a plain GNMT restores it
     init_config, init_tokenizer = model_files.load_metadata(init_dir)
     assert config.model == init_config.model
@@ -311,9 +322,9 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
     starting model's FLOAT loss, i.e. the int8 export of the QAT model loses nothing
     against the float model it came from.
     """
-    init_dir, out_dir, code = refined_number_model
+    init_dir, out_dir, code, _ = refined_number_model
     assert code == 0
-    pairs, _ = read_tsv(os.path.join(init_dir, "test.tsv"))
+    pairs, _ = read_tsv(os.path.join(init_dir, "test.tsv"))  # held out from training and from the dev split
     float_before, int8_before = _float_and_int8_loss(init_dir, pairs)
     float_after, int8_after = _float_and_int8_loss(out_dir, pairs)
     assert int8_after < 0.99 * int8_before, (int8_before, int8_after)

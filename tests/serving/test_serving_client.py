@@ -255,14 +255,50 @@ def doc_commands(path, prefix):
 
 
 def test_every_curl_command_in_the_serving_docs_works(served):
-    """docs/serving.md cannot rot: each curl line runs against the local server and gets no error."""
+    """docs/serving.md cannot rot: each curl line runs against the local server and answers what the
+    client answers to the same request: the same translations (and scores, n-best lists, status,
+    metadata)."""
+    import re
+    import shlex
+
+    client = RestClient(f"http://127.0.0.1:{served.rest_port}", "gnmt", timeout=120)
     commands = doc_commands(os.path.join(ROOT, "docs", "serving.md"), "curl ")
     assert len(commands) >= 7
+    kinds = set()
     for command in commands:
         command = command.replace("localhost:8501", f"127.0.0.1:{served.rest_port}")
         done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (command, done.stderr)
         answer = json.loads(done.stdout)
-        assert "error" not in answer, (command, answer)
-        if ":predict" in command:
-            assert "predictions" in answer or "outputs" in answer
+        words = shlex.split(command)
+        url = next(word for word in words if word.startswith("http"))
+        version = re.search(r"/versions/(\d+)", url)
+        version = int(version.group(1)) if version else None
+        if not url.endswith(":predict"):  # status and metadata
+            expected = client.metadata(version) if url.endswith("/metadata") else {
+                "model_version_status": client.status(version)}
+            assert answer == expected, command
+            if "model_version_status" in answer:
+                assert [entry["state"] for entry in answer["model_version_status"]] == ["AVAILABLE"]
+            kinds.add(url.rsplit("/", 1)[-1])
+            continue
+        body = json.loads(words[words.index("-d") + 1])
+        signature = body.get("signature_name", "serving_default")
+        inputs = body.get("inputs", {"sentences": body.get("instances")})
+        sentences = inputs["sentences"]
+        options = {name: inputs[name] for name in ("alpha", "beta", "beamsize") if name in inputs}
+        kinds.add(signature)
+        if signature == "translate_nbest":
+            expected = client.translate_nbest(sentences, version=version, **options)
+            assert answer["outputs"]["translations"] == [[e.text for e in entries] for entries in expected]
+            assert answer["outputs"]["scores"] == [[pytest.approx(e.score, abs=1e-5) for e in entries]
+                                                   for entries in expected]
+            continue
+        expected = client.translate(sentences, version=version, **options)
+        assert all(e.text for e in expected), expected  # translations present
+        if "instances" in body:
+            got = [(p["translations"], p["scores"]) for p in answer["predictions"]]
+        else:
+            got = list(zip(answer["outputs"]["translations"], answer["outputs"]["scores"]))
+        assert got == [(e.text, pytest.approx(e.score, abs=1e-5)) for e in expected], command
+    assert {"serving_default", "translate_with_options", "translate_nbest", "gnmt", "metadata"} <= kinds

@@ -170,7 +170,39 @@ def test_rest_documented_bodies_translate_like_the_savedmodel(server, direct):
     nbest = direct("translate_nbest", sentences, **OPTIONS)
     assert status == 200
     assert answer["outputs"]["translations"] == [[t.decode() for t in row] for row in nbest["translations"]]
-    assert np.array(answer["outputs"]["attention"], dtype=np.float32).shape == nbest["attention"].shape
+    attention = np.array(answer["outputs"]["attention"], dtype=np.float32)
+    np.testing.assert_array_equal(attention, nbest["attention"])
+
+
+def test_rest_nbest_attention_is_the_translators(server, trained_number_model):
+    """The served n-best attention (eq. 4-5): each target step's weights over the source sum to 1, padding
+    is 0, and the values are those the Translator gives the same hypotheses of the same model."""
+    from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.model_files import load_model_dir
+
+    sentences = ["three one four", "nine", "zero zero seven five two one"]
+    body = {"signature_name": "translate_nbest", "inputs": {"sentences": sentences, **OPTIONS}}
+    status, answer = rest(server.rest_api_port, "POST", "/v1/models/gnmt:predict", body)
+    assert status == 200
+    outputs = answer["outputs"]
+    attention = np.array(outputs["attention"], dtype=np.float32)  # [sentence, rank, target step, source]
+    model, tokenizer, config = load_model_dir(trained_number_model[0])  # the exported checkpoint ("best")
+    translator = Translator(model, tokenizer, config.decoding, precompute_target_inputs=True)  # as exported
+    expected = translator.translate_nbest(sentences, return_attention=True, **OPTIONS)
+    compared = 0
+    for row, hypotheses in enumerate(expected):
+        source_length = sum(1 for piece in outputs["source_pieces"][row] if piece)  # EOS included
+        assert source_length == len(hypotheses[0].source_pieces)
+        for rank, hypothesis in enumerate(hypotheses):
+            length = outputs["lengths"][row][rank]
+            assert outputs["translations"][row][rank] == hypothesis.text
+            assert length == len(hypothesis.attention)
+            served = attention[row, rank]
+            np.testing.assert_allclose(served[:length].sum(axis=1), 1.0, atol=1e-5)
+            assert not served[length:].any() and not served[:, source_length:].any()
+            np.testing.assert_allclose(served[:length, :source_length], hypothesis.attention, atol=1e-5)
+            compared += 1
+    assert compared >= len(sentences)
 
 
 def test_rest_status_and_metadata(server):
@@ -704,6 +736,8 @@ def test_a_failing_request_does_not_fail_the_requests_batched_around_it():
 
 
 def test_large_batch_splitting(exported):
+    """A request of 9 sentences runs as batches of at most 4, and every sentence of it gets the translation
+    and score it gets in a request of its own."""
     options = parse_batching_parameters(
         "max_batch_size { value: 64 } enable_large_batch_splitting { value: true } "
         "max_execution_batch_size { value: 4 } num_batch_threads { value: 2 }")
@@ -712,9 +746,12 @@ def test_large_batch_splitting(exported):
                      log=lambda message: None) as server:
         _, predictions, _ = stubs(server.grpc_port)
         response = predictions.Predict(predict_request(sentences), timeout=60)
-        got = texts(response.outputs["translations"])
-        assert len(got) == 9 and got[0] == "trois un quatre" and got[1] == "neuf"
         assert server.stats()["gnmt"][1]["batching"]["serving_default"]["largest_batch"] == 4
+        alone = [predictions.Predict(predict_request([sentence]), timeout=60) for sentence in sentences]
+    assert texts(response.outputs["translations"]) == [texts(a.outputs["translations"])[0] for a in alone]
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["scores"]),
+                               [tf.make_ndarray(a.outputs["scores"])[0] for a in alone], rtol=0, atol=1e-4)
+    assert texts(response.outputs["translations"])[:2] == ["trois un quatre", "neuf"]
 
 
 # ---------------------------------------------------------------------------------------------- config

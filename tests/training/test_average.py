@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from gnmt_tf import model_files
 from gnmt_tf.cli.average import average_checkpoints, main as average_main
+from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @pytest.fixture
@@ -39,32 +40,78 @@ def test_average_is_the_numpy_mean_of_the_checkpoints(model_copy):
     assert averaged.get_tensor(delta_name) == readers[-1].get_tensor(delta_name)
 
 
-def test_averaged_model_loads_translates_and_exports(model_copy, tmp_path, capsys):
+def _model_values(path):
+    """{name: value} of the model's variables in a checkpoint (not its optimizer's, nor its bookkeeping)."""
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith("model/") and not name.endswith(".OPTIMIZER_SLOT")}
+
+
+def _teacher_forced_log_probs(model, tokenizer, pairs):
+    """log P(target | source) of each pair from one teacher-forced forward pass (eq. 7's terms)."""
+    source = tokenizer.tokenize([s for s, _ in pairs])
+    target = tokenizer.tokenize([t for _, t in pairs])
+    column = lambda token: tf.fill([len(pairs), 1], token)  # noqa: E731
+    source = tf.concat([source, column(EOS_ID)], axis=1).to_tensor(PAD_ID)
+    target_in = tf.concat([column(BOS_ID), target], axis=1).to_tensor(PAD_ID)
+    target_out = tf.concat([target, column(EOS_ID)], axis=1).to_tensor(PAD_ID).numpy()
+    log_probs = tf.nn.log_softmax(model((source, target_in))).numpy()
+    picked = np.take_along_axis(log_probs, target_out[..., None], axis=-1)[..., 0]
+    return np.where(target_out != PAD_ID, picked, 0.0).sum(axis=1)
+
+
+def test_the_averaged_weights_are_the_ones_loaded_used_and_exported(model_copy, tmp_path, capsys):
+    """--checkpoint averaged, wherever a model is used, is the mean of the sources (the test above): the
+    loaded model holds it bit for bit, a command scores with it (not with the latest checkpoint, whose
+    log P differ), and the export holds it bit for bit."""
     assert average_main(["--model-dir", model_copy, "--last", "2"]) == 0
     assert "averaged 2 checkpoints" in capsys.readouterr().out
+    averaged = _model_values(model_files.find_checkpoint(model_copy, "averaged"))
+    latest = _model_values(model_files.find_checkpoint(model_copy, "latest"))
+    assert sum(not np.array_equal(averaged[name], latest[name]) for name in averaged) > 10
+
     model, tokenizer, _ = model_files.load_model_dir(model_copy, which="averaged")
+    loaded = str(tmp_path / "loaded" / "model")
+    tf.train.Checkpoint(model=model).write(loaded)
+    loaded_values = _model_values(loaded)
+    assert sorted(loaded_values) == sorted(averaged)
+    assert all(np.array_equal(loaded_values[name], value) for name, value in averaged.items())
     from gnmt_tf.inference.translator import Translator
 
     assert Translator(model, tokenizer).translate(["one two three"]) == ["un deux trois"]
 
-    from gnmt_tf.cli import evaluate
-    from gnmt_tf.cli import translate
+    # The command lines load it with --checkpoint averaged (all through one loader; score shows which
+    # weights it used): log P of the averaged model, not of the latest checkpoint.
+    pairs = model_files.read_dev_split(model_copy)[:6]
+    expected = _teacher_forced_log_probs(model, tokenizer, pairs)
+    latest_model, _, _ = model_files.load_model_dir(model_copy, which="latest")
+    of_latest = _teacher_forced_log_probs(latest_model, tokenizer, pairs)
+    assert np.abs(of_latest - expected).max() > 1e-2, (of_latest, expected)
+    from gnmt_tf.cli import score
 
-    source = tmp_path / "in.txt"
-    source.write_text("one two\nseven\n", encoding="utf-8")
-    output = tmp_path / "out.txt"
-    assert translate.main(["--model-dir", model_copy, "--checkpoint", "averaged", "--input", str(source),
-                           "--output", str(output)]) == 0
-    assert output.read_text(encoding="utf-8").splitlines() == ["un deux", "sept"]
-    assert evaluate.main(["--model-dir", model_copy, "--checkpoint", "averaged",
-                          "--test", model_files.dev_split_path(model_copy), "--json"]) == 0
-    assert '"bleu"' in capsys.readouterr().out
+    input_file, output_file = tmp_path / "pairs.tsv", tmp_path / "scores.tsv"
+    input_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    assert score.main(["--model-dir", model_copy, "--checkpoint", "averaged", "--input", str(input_file),
+                       "--output", str(output_file)]) == 0
+    scored = [float(line.split("\t")[1]) for line in output_file.read_text(encoding="utf-8").splitlines()]
+    np.testing.assert_allclose(scored, expected, atol=1e-3)
 
+    # The export of --checkpoint averaged holds those very weights (and delta), and no other weights.
     from export.exporters import ExportRequest, export
 
     target = export(ExportRequest(model_dir=model_copy, output=str(tmp_path / "gnmt"), checkpoint="averaged",
                                   log=lambda m: None), "saved_model")
-    assert os.path.exists(os.path.join(target, "saved_model.pb"))
+    reader = tf.train.load_checkpoint(os.path.join(target, "variables", "variables"))
+    exported = [reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+                if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+
+    def key(array):
+        return array.dtype.str, array.shape, array.tobytes()
+
+    exported_keys = {key(array) for array in exported}
+    assert all(key(value) in exported_keys for value in averaged.values())
+    assert not any(key(value) in exported_keys for name, value in latest.items()
+                   if not np.array_equal(value, averaged[name]))
 
 
 def test_average_errors(model_copy, tmp_path, capsys):

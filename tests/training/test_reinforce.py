@@ -209,6 +209,51 @@ def test_patience_stops_the_run_after_evaluations_without_a_better_bleu():
     assert len(evaluated) == 10 and control.stop_reason is None and record.evaluations_since_best == 9
 
 
+def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tmp_path):
+    """The wiring of the test above in the real Trainer: an RL run (tiny model, dev BLEU every 2 steps,
+    rl.patience 1) stops at its first evaluation without a better dev BLEU, and a Trainer resumed from
+    its checkpoint compares its dev BLEU with the best the run kept (best/best_bleu.txt), not with none.
+
+    The dev references are Greek, which the number task's vocabulary cannot write: every dev BLEU is 0,
+    whatever the model, so only a run's first evaluation is a new best. The resumed Trainer evaluates
+    once instead of training on: the record its evaluations go to is the one the run's patience reads
+    (the first run stops only through it), and retracing the RL step for a second run would double the
+    test's time.
+    """
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.training.trainer import Trainer
+    from helpers import number_word_pairs
+
+    train_pairs = number_word_pairs(200, seed=1, min_len=1)
+    dev_pairs = [(source, "μηδέν ένα δύο") for source, _ in number_word_pairs(4, seed=2)]
+    tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
+    base = load_config("tiny", overrides={
+        "model.vocab_size": tokenizer.vocab_size, "model.units": 8, "model.attention_units": 4,
+        "model.encoder_layers": 2, "model.decoder_layers": 2, "training.batch_size": 4})
+    config = refinement_config(base, {"rl.samples": 2, "rl.patience": 1, "training.eval_every": 2,
+                                      "training.checkpoint_every": 2, "training.max_steps": 20})
+    model_dir = str(tmp_path / "model")
+    model_files.save_metadata(model_dir, config, tokenizer)
+    logs = []
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
+    result = trainer.train()
+    evaluated = [int(line.split(":")[0].split()[1]) for line in logs if "dev BLEU" in line]
+    assert evaluated == [2, 4] and result.step == 4  # 2: the first best; 4: not better, patience 1 is spent
+    assert result.stop_reason == "dev BLEU did not improve in 1 evaluations (rl.patience)"
+    best = model_files.read_best_bleu(model_dir)
+    assert (best.score, best.step) == (0.0, 2)
+    assert model_files.find_checkpoint(model_dir, "latest").endswith("ckpt-4")
+
+    # Resumed: its dev BLEU (0 again) does not beat the kept 0.0, which is one evaluation without a
+    # better BLEU, patience 1 spent; a Trainer that forgot the best would record a new best at step 4.
+    resumed = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
+    assert resumed.step == 4 and resumed.best_bleu == 0.0
+    resumed.evaluate_dev(resumed.step)
+    assert resumed.dev_record.evaluations_since_best == 1 and logs[-1].endswith("(best 0.00)")
+    assert model_files.read_best_bleu(model_dir) == best
+    assert model_files.find_checkpoint(model_dir, "best").endswith("-2")
+
+
 # ------------------------------------------------------------------------------ end to end
 def _train_main(*args):
     from gnmt_tf.cli.train import main

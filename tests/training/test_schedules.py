@@ -38,7 +38,11 @@ def test_delta_anneals_linearly_from_8_to_1_and_stays():
     assert delta(steps * 3) == 1.0
     values = [delta(s) for s in range(0, steps + 1, steps // 10)]
     assert all(a > b for a, b in zip(values, values[1:]))  # strictly decreasing until the end
-    assert delta(123_456) == pytest.approx(8.0 - 7.0 * 123_456 / steps, rel=1e-12)
+    # By hand, over the config's 2M steps: a quarter of the way 8 - 7/4, three quarters 8 - 21/4.
+    assert steps == 2_000_000
+    assert delta(500_000) == pytest.approx(6.25, rel=1e-12)
+    assert delta(1_500_000) == pytest.approx(2.75, rel=1e-12)
+    assert delta(123_456) == pytest.approx(7.567904, rel=1e-12)  # 8 - 7 x 0.061728
     # How DeltaAnnealing applies it in a real fit, step by step: tests/training/test_callbacks.py.
 
 
@@ -99,8 +103,10 @@ def test_delta_by_the_clock():
 
 
 def test_only_timed_runs_get_a_time_bound():
-    config = load_config("small")
+    config = load_config("small", overrides={"training.max_minutes": 10.0,
+                                             "training.delta_anneal_time_fraction": 0.25})
     timed = DeltaSchedule.from_config_section(config)
-    assert timed.anneal_seconds == pytest.approx(60 * config.training.max_minutes * 0.5)
+    assert timed.anneal_seconds == pytest.approx(150.0)  # a quarter of 10 minutes
+    assert timed.at_time(75.0) == pytest.approx(4.5) and timed.at_time(150.0) == 1.0  # half way, then the end
     assert DeltaSchedule.from_config_section(config, timed=False).anneal_seconds is None
     assert DeltaSchedule.from_config_section(load_config("gnmt_wmt14_enfr")).anneal_seconds is None  # no max_minutes
