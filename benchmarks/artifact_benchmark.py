@@ -15,7 +15,7 @@ Part A, a trained model directory (``python -m gnmt_tf.train`` writes one):
   replaying the version's warm-up requests as TF Serving does, which ``load_seconds``
   includes; :class:`export.tflite.TFLiteTranslator`), plus two in-process Python API
   rows: ``keras`` (:class:`gnmt_tf.inference.translator.Translator` on the model
-  directory) and ``keras_int8`` (the same inside ``model.transformed_weights(Int8Weights(model))``).
+  directory) and ``keras_int8`` (the same with ``weight_transform=Int8Weights(model)``).
   It warms up on one sentence (``first_call_seconds``: includes tracing, and
   XLA compilation for the XLA variants), then translates the first
   ``--sentences`` dev sources in batches of 16 (sorted by length, the same
@@ -44,8 +44,8 @@ the fastest run per length kept) so that bursts of other load hit all alike.
 function in the worker process; no artifact exports it.)
 
 Part C, the trained model again: eq. 12's per-row scales against Marian's
-per-column 7-sigma rule, int8 products, through the Translator inside
-``model.transformed_weights(Int8Weights(model, method))``: dev BLEU, identity with float,
+per-column 7-sigma rule, int8 products, through a Translator made with
+``weight_transform=Int8Weights(model, method)``: dev BLEU, identity with float,
 and the quantization error of the kernels (``gnmt_tf.quantization.int8.quantization_report``).
 
 Each worker is a fresh process (TensorFlow fixes its thread pools at start)
@@ -57,7 +57,7 @@ processes on the machine skew timings.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import os
 import platform
@@ -225,18 +225,18 @@ def _load_translate(tf, name, job, threads):
         from gnmt_tf.inference.translator import Translator
 
         model, tokenizer, config = load_model_dir(job["model_dir"])
-        stack = contextlib.ExitStack()
+        weight_transform = None
         if spec["quantize"] == "int8":
             from gnmt_tf.quantization.weights import Int8Weights
 
-            # The Translator's graphs trace at their first call: every call stays inside the scope.
-            stack.enter_context(model.transformed_weights(Int8Weights(model, products=spec["int8_products"])))
+            weight_transform = Int8Weights(model, products=spec["int8_products"])
         decoding, shortlist = config.decoding, None
         if spec.get("shortlist"):
             shortlist, decoding = _shortlisted(job["model_dir"], tokenizer, config)
         translator = Translator(model, tokenizer, decoding, batch_size=max(job["batches"] + [job["bleu_batch"]]),
-                                shortlist=shortlist, precompute_target_inputs=True)
-        return translator.translate, stack
+                                shortlist=shortlist, precompute_target_inputs=True,
+                                weight_transform=weight_transform)
+        return translator.translate
     path = job["paths"][name]
     if spec["format"] == "saved_model":
         loaded = tf.saved_model.load(path)
@@ -247,12 +247,12 @@ def _load_translate(tf, name, job, threads):
             texts = serving(sentences=tf.constant(batch, tf.string))["translations"].numpy()
             return [t.decode("utf-8") for t in texts]
 
-        return translate, contextlib.ExitStack()
+        return translate
     from export.exporters import TFLiteExporter
     from export.tflite import TFLiteTranslator
 
     interpreter = TFLiteTranslator(os.path.join(path, TFLiteExporter.MODEL_FILE), num_threads=threads)
-    return (lambda batch: interpreter.translate(batch)[0]), contextlib.ExitStack()
+    return lambda batch: interpreter.translate(batch)[0]
 
 
 def _replay_warmup(tf, loaded, path):
@@ -297,46 +297,45 @@ def worker_speed(job, threads):
     baseline = _peak_rss_mb()
     name = job["artifact"]
     started = time.perf_counter()
-    translate, context = _load_translate(tf, name, job, threads)
-    with context:
-        load_seconds = time.perf_counter() - started
-        after_load = _peak_rss_mb()
-        pairs = _dev_pairs(job["model_dir"], 10**9)
-        sources = [s for s, _ in pairs]
-        warm = sources[-1]
+    translate = _load_translate(tf, name, job, threads)
+    load_seconds = time.perf_counter() - started
+    after_load = _peak_rss_mb()
+    pairs = _dev_pairs(job["model_dir"], 10**9)
+    sources = [s for s, _ in pairs]
+    warm = sources[-1]
+    started = time.perf_counter()
+    translate([warm])
+    first_call = time.perf_counter() - started
+    rows = []
+    for batch in job["batches"]:
+        count = job["sentences"] if batch > 1 else max(1, job["sentences"] // 4)
+        chunks = [c for _, c in _length_batches(sources[:count], batch)] if batch > 1 else \
+            [[s] for s in sources[:count]]
+        first, _ = _timed_pass(translate, chunks)
+        second, _ = _timed_pass(translate, chunks)
+        rows.append({"batch": batch, "sentences": count, "first_pass": first, "second_pass": second})
+        print(f"  {name} threads={threads} batch={batch}: {second['sentences_per_second']} sent/s "
+              f"(first pass {first['sentences_per_second']})", file=sys.stderr, flush=True)
+    peak = _peak_rss_mb()
+    out = {
+        "artifact": name,
+        "threads": threads,
+        "load_seconds": round(load_seconds, 2),
+        "first_call_seconds": round(first_call, 3),
+        "baseline_rss_mb": baseline,
+        "rss_after_load_mb": after_load,
+        "peak_rss_mb": peak,
+        "batches": rows,
+    }
+    if job.get("bleu"):
+        bleu_sources = sources[: job["bleu_sentences"]]
+        translations = [""] * len(bleu_sources)
         started = time.perf_counter()
-        translate([warm])
-        first_call = time.perf_counter() - started
-        rows = []
-        for batch in job["batches"]:
-            count = job["sentences"] if batch > 1 else max(1, job["sentences"] // 4)
-            chunks = [c for _, c in _length_batches(sources[:count], batch)] if batch > 1 else \
-                [[s] for s in sources[:count]]
-            first, _ = _timed_pass(translate, chunks)
-            second, _ = _timed_pass(translate, chunks)
-            rows.append({"batch": batch, "sentences": count, "first_pass": first, "second_pass": second})
-            print(f"  {name} threads={threads} batch={batch}: {second['sentences_per_second']} sent/s "
-                  f"(first pass {first['sentences_per_second']})", file=sys.stderr, flush=True)
-        peak = _peak_rss_mb()
-        out = {
-            "artifact": name,
-            "threads": threads,
-            "load_seconds": round(load_seconds, 2),
-            "first_call_seconds": round(first_call, 3),
-            "baseline_rss_mb": baseline,
-            "rss_after_load_mb": after_load,
-            "peak_rss_mb": peak,
-            "batches": rows,
-        }
-        if job.get("bleu"):
-            bleu_sources = sources[: job["bleu_sentences"]]
-            translations = [""] * len(bleu_sources)
-            started = time.perf_counter()
-            for indices, chunk in _length_batches(bleu_sources, job["bleu_batch"]):
-                for i, text in zip(indices, translate(chunk)):
-                    translations[i] = text
-            out["bleu_run"] = {"seconds": round(time.perf_counter() - started, 1), "translations": translations,
-                               "peak_rss_mb": _peak_rss_mb()}
+        for indices, chunk in _length_batches(bleu_sources, job["bleu_batch"]):
+            for i, text in zip(indices, translate(chunk)):
+                translations[i] = text
+        out["bleu_run"] = {"seconds": round(time.perf_counter() - started, 1), "translations": translations,
+                           "peak_rss_mb": _peak_rss_mb()}
     out["pid"] = _os.getpid()
     return out
 
@@ -348,7 +347,7 @@ def worker_paper(job, threads):
 
     from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.decoding.options import no_pruning
-    from gnmt_tf.layers.weights import WeightTransform, matmul
+    from gnmt_tf.layers.weights import FLOAT_READER, WeightReader, WeightTransform, matmul
     from gnmt_tf.config import load_config
     from gnmt_tf.quantization.weights import Int8Weights
     from gnmt_tf.models.gnmt import GNMT
@@ -377,35 +376,36 @@ def worker_paper(job, threads):
                 return matmul(x, kernel)
             return tf.cast(matmul(tf.cast(x, tf.bfloat16), stored.value()), tf.float32)
 
-    transforms = {}
+    readers = {}
 
-    def context_for(variant):
+    def weights_for(variant):
         if variant.startswith("int8"):
             products = "float" if variant == "int8_float_products" else "int8"
-            if products not in transforms:
-                transforms[products] = Int8Weights(model, products=products)
-            return model.transformed_weights(transforms[products])
+            if products not in readers:
+                readers[products] = WeightReader(Int8Weights(model, products=products))
+            return readers[products]
         if variant.startswith("bfloat16"):
-            if "bf16" not in transforms:
-                transforms["bf16"] = BFloat16Weights()
-            return model.transformed_weights(transforms["bf16"])
-        return contextlib.nullcontext()
+            if "bf16" not in readers:
+                readers["bf16"] = WeightReader(BFloat16Weights())
+            return readers["bf16"]
+        return FLOAT_READER
 
     def decoder_for(variant, length):
         jit = variant.endswith("_xla")
+        weights = weights_for(variant)
 
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def decode(source_ids):
-            with context_for(variant):
-                memory = model.encode(source_ids, training=False)
-                raw_step = tf.function(model.step, jit_compile=True) if jit else model.step
+            memory = model.encode(source_ids, weights, training=False)
+            weighted_step = functools.partial(model.step, weights=weights)
+            raw_step = tf.function(weighted_step, jit_compile=True) if jit else weighted_step
 
-                def step(state, tokens):
-                    logits, attention, state = raw_step(state, tokens)
-                    return logits + suppress_eos, attention, state  # fixed output length
+            def step(state, tokens):
+                logits, attention, state = raw_step(state, tokens)
+                return logits + suppress_eos, attention, state  # fixed output length
 
-                out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
-                                  beamsize=no_pruning(), max_length_ratio=length / source_length)
+            out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
+                              beamsize=no_pruning(), max_length_ratio=length / source_length)
             return out.lengths
 
         return decode
@@ -492,8 +492,8 @@ def worker_quant(job, threads):
         per_kernel_relative_rms = [r["rms_error"] / float(np.sqrt(np.mean(kernels[r["name"]] ** 2))) for r in report]
         int8 = Int8Weights(model, method=method)
         started = time.perf_counter()
-        with model.transformed_weights(int8):  # the Translator's functions are created and traced inside it
-            hyps = translate_all(Translator(model, tokenizer, config.decoding, batch_size=job["bleu_batch"]))
+        hyps = translate_all(Translator(model, tokenizer, config.decoding, batch_size=job["bleu_batch"],
+                                        weight_transform=int8))
         results[method] = {
             "bleu": round(corpus_bleu(hyps, references).score, 2),
             "seconds": round(time.perf_counter() - started, 1),

@@ -107,6 +107,7 @@ def run_worker(args) -> list:
     from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.decoding.options import no_pruning
     from gnmt_tf.config import load_config
+    from gnmt_tf.layers.weights import FLOAT_READER
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.vocab import EOS_ID
 
@@ -121,16 +122,18 @@ def run_worker(args) -> list:
         ratio = args.output_length / args.source_length
         suppress_eos = tf.one_hot(EOS_ID, config.vocab_size) * -1e9
 
-        def step(state, tokens):
-            logits, attention, state = model.step(state, tokens)
-            return logits + suppress_eos, attention, state  # fixed output length
-
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def decode(source_ids):
-            with model.kernels_read_once(rows=tf.shape(source_ids)[0] * K):  # as the translator's search
-                memory = model.encode(source_ids, training=False)
-                out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
-                                  beamsize=no_pruning(), max_length_ratio=ratio)
+            # Kernels read once, as the translator's search reads them.
+            weights = FLOAT_READER.reading_once(model.product_kernels(), rows=tf.shape(source_ids)[0] * K)
+
+            def step(state, tokens):
+                logits, attention, state = model.step(state, tokens, weights)
+                return logits + suppress_eos, attention, state  # fixed output length
+
+            memory = model.encode(source_ids, weights, training=False)
+            out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
+                              beamsize=no_pruning(), max_length_ratio=ratio)
             return out.lengths
 
         rng = np.random.default_rng(0)

@@ -156,7 +156,7 @@ class SavedModelExporter(Exporter):
         from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
-        return TranslatorModule(model, tokenizer, decoding, int8_weights=int8, jit_step=self.request.xla,
+        return TranslatorModule(model, tokenizer, decoding, weight_transform=int8, jit_step=self.request.xla,
                                 shortlist=shortlist, precompute_target_inputs=self.target_input_table)
 
     def write(self, translator, directory):

@@ -194,7 +194,7 @@ def tflite_translate_function(translator_module):
     """``translator_module.translate`` re-traced for TFLite (time loops without TensorArrays)."""
     from gnmt_tf.inference.translator import GraphTarget, graph_function
 
-    target = GraphTarget(time_loop=CONCATENATING_LOOP, kernels_read_once=False)
+    target = GraphTarget(time_loop=CONCATENATING_LOOP, read_kernels_once=False)
     function = graph_function(
         lambda sentences: translator_module.translate_with_defaults(sentences, target=target),
         input_signature=translator_module.translate.input_signature,

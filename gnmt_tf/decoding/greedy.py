@@ -9,10 +9,13 @@ Beam search with the paper's scoring (section 7) is
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from gnmt_tf.decoding.sampling import Sampler
 from gnmt_tf.decoding.search import decode
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
 
 class GreedySearch(Sampler):
@@ -23,11 +26,13 @@ class GreedySearch(Sampler):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
 
 
-def greedy_decode(model, source_ids, max_length_ratio: float = 2.0) -> tf.Tensor:
-    """Greedy translations of source ids [batch, S] with a :class:`~gnmt_tf.models.gnmt.GNMT`.
+def greedy_decode(model, source_ids, max_length_ratio: float = 2.0,
+                  weights: WeightReader = FLOAT_READER) -> tf.Tensor:
+    """Greedy translations of source ids [batch, S] with a :class:`~gnmt_tf.models.gnmt.GNMT` and ``weights``.
 
     Returns int32 ids [batch, max_steps] that end with EOS, padded with PAD after it;
     an output has at most ``ceil(max_length_ratio * source length)`` tokens.
     """
-    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), training=False)
-    return decode(model.step, model.initial_state(memory), memory.mask, GreedySearch(), max_length_ratio)
+    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), weights, training=False)
+    step = functools.partial(model.step, weights=weights)
+    return decode(step, model.initial_state(memory), memory.mask, GreedySearch(), max_length_ratio)

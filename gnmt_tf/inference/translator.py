@@ -11,7 +11,8 @@ tensorflow-text ops. Its three parts, each written once:
   a lone EOS;
 * **search** (:meth:`TranslatorModule.search`): encode and run a decoding strategy
   (:mod:`gnmt_tf.decoding`: the beam search of section 7, greedy search, forced
-  scoring) under the model's weight transform (int8 for an int8 export);
+  scoring) with the module's weights: the reader of the weight transform it was made
+  with (int8 for an int8 export, float by default; :mod:`gnmt_tf.layers.weights`);
 * **postprocess** (:meth:`TranslatorModule.postprocess`): detokenization; an empty
   sentence translates to "" with score 0.
 
@@ -44,7 +45,6 @@ Defined behaviour at the edges: an empty (or all-whitespace) sentence translates
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -56,6 +56,7 @@ from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
+from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -68,8 +69,8 @@ class GraphTarget(NamedTuple):
     """The runtime a search's graph is traced for, which decides how parts of it are built."""
 
     time_loop: object = None  # how the encoder iterates time (gnmt_tf.layers.recurrence); None: the default
-    kernels_read_once: bool = True  # read each product kernel once per search, before the decoding
-    # loop, laid out for a step's small products (gnmt_tf.layers.weights.ProductKernel)
+    read_kernels_once: bool = True  # read each product kernel once per search, before the decoding
+    # loop, laid out for a step's small products (gnmt_tf.layers.weights.WeightReader.reading_once)
 
 
 TENSORFLOW = GraphTarget()  # TensorFlow itself: Python, SavedModel, TF Serving
@@ -89,9 +90,11 @@ class TranslatorModule(tf.Module):
         decoding: beam search defaults; the exported signatures fix ``beam_width`` and
             ``n_best`` (they set tensor shapes), alpha, beta and beamsize are inputs.
         max_input_length: source wordpieces kept per sentence (longer ones are truncated).
-        int8_weights: a :class:`gnmt_tf.quantization.Int8Weights` of ``model``: every search
-            computes with eq. 12's int8 weights, and the module tracks only those plus the
-            weights kept in float, so a SavedModel of it stores int8.
+        weight_transform: what every search reads the model's weights through
+            (:mod:`gnmt_tf.layers.weights`; None: the float weights). With a
+            :class:`gnmt_tf.quantization.Int8Weights` of ``model`` every search computes with
+            eq. 12's int8 weights, and the module tracks only those plus the weights kept in
+            float, so a SavedModel of it stores int8.
         jit_step: compile each decoding step (LSTM layers, attention, softmax) with XLA;
             a TF Serving binary then needs ``--xla_cpu_compilation_enabled``. The searches then
             run at ``shape_buckets``' sizes (default :class:`gnmt_tf.decoding.buckets.ShapeBuckets`),
@@ -102,8 +105,9 @@ class TranslatorModule(tf.Module):
             whole softmax to these sizes (also without ``jit_step``; outputs are unchanged up to
             float rounding).
         precompute_target_inputs: compute the bottom decoder layer's input projection of
-            every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`; in int8
-            with ``int8_weights``) so that each step gathers a row instead of a product
+            every target token now (:meth:`gnmt_tf.models.GNMT.target_input_table`, through the
+            weight transform, and stored as it stores tables: int8 with ``Int8Weights``) so that
+            each step gathers a row instead of a product
             (Devlin 2017). A snapshot of the weights: only for a model that will not change
             (an export, a loaded checkpoint), not for one still training.
         shortlist: a :class:`gnmt_tf.data.shortlist.Shortlist` of the model's vocabulary, held
@@ -136,27 +140,25 @@ class TranslatorModule(tf.Module):
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
-                 int8_weights=None, jit_step: bool = False, precompute_target_inputs: bool = False,
-                 shortlist: Optional[Shortlist] = None, shape_buckets: Optional[ShapeBuckets] = None,
-                 name: Optional[str] = None):
+                 weight_transform: Optional[WeightTransform] = None, jit_step: bool = False,
+                 precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
+                 shape_buckets: Optional[ShapeBuckets] = None, name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
         # run Keras' own (legacy) model serialization, which the functions below do not need.
         object.__setattr__(self, "model", model)
-        if int8_weights is None:
-            self.model_variables = list(model.variables)
-        else:  # the float weights that int8 replaces are neither used nor saved
-            self.model_variables = int8_weights.kept_float_variables()
-        self.int8_weights = int8_weights
+        transform = weight_transform if weight_transform is not None else FLOAT_WEIGHTS
+        # The weights a transform holds in its own form (int8) are neither used nor saved in float.
+        self.model_variables = [v for v in model.variables if not transform.replaces(v)]
+        self.weight_transform = transform  # tracked: a transform holding variables (int8) is saved with it
+        # What every search reads the weights through: made here, once, from the transform.
+        object.__setattr__(self, "weights", WeightReader(transform))
         self.jit_step = jit_step
         object.__setattr__(self, "shape_buckets", shape_buckets if shape_buckets is not None or not jit_step
                            else ShapeBuckets())
         self.target_input_rows = None  # token ids -> precomputed rows, when precomputed
         if precompute_target_inputs:
-            with self._weights():
-                table = model.target_input_table()
-            self.target_input_rows = (int8_weights.quantized_rows(table) if int8_weights is not None
-                                      else StoredRows(table))
+            self.target_input_rows = transform.stored_rows(model.target_input_table(self.weights))
         self.tokenizer = tokenizer
         object.__setattr__(self, "decoding", decoding)
         self.beam_width = decoding.beam_width
@@ -229,50 +231,44 @@ class TranslatorModule(tf.Module):
         if use_shortlist is not False and self.shortlist is None:
             raise ValueError("this translator has no vocabulary shortlist (python -m gnmt_tf.shortlist "
                              "builds one)")
-        read_once = contextlib.nullcontext()
-        if target.kernels_read_once:
+        weights = self.weights
+        if target.read_kernels_once:  # the search's own snapshot; the module's reader is left as it is
             # Unpadded under XLA: the compiled step would see two kernel shapes per shape bucket.
             rows = tf.shape(source_ids)[0] * strategy.rows_per_search * strategy.searches_per_sentence
-            read_once = self.model.kernels_read_once(rows=None if self.jit_step else rows)
-        with self._weights(), read_once:
-            memory = self.model.encode(source_ids, training=False, time_loop=target.time_loop)
-            step = self.model.step
-            if self.target_input_rows is not None:
-                step = functools.partial(step, target_inputs=self.model.target_input_projection(self.target_input_rows))
-            # Under XLA the whole softmax's step only: a shortlist's size changes with every batch,
-            # so its step would compile again for almost every request.
-            full_step = graph_function(step, jit_compile=True) if self.jit_step else step
+            weights = weights.reading_once(self.model.product_kernels(), rows=None if self.jit_step else rows)
+        memory = self.model.encode(source_ids, weights, training=False, time_loop=target.time_loop)
+        step = functools.partial(self.model.step, weights=weights)
+        if self.target_input_rows is not None:
+            target_inputs = self.model.target_input_projection(self.target_input_rows, weights)
+            step = functools.partial(step, target_inputs=target_inputs)
+        # Under XLA the whole softmax's step only: a shortlist's size changes with every batch,
+        # so its step would compile again for almost every request.
+        full_step = graph_function(step, jit_compile=True) if self.jit_step else step
 
-            def run(step_fn, buckets: Optional[ShapeBuckets] = None):
-                if buckets is None:
-                    return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
-                                  max_length_ratio=self.decoding.max_length_ratio)
-                source_length = tf.shape(memory.mask)[1]
-                padded = memory.padded_to(buckets.source_size(source_length))
-                output = decode(step_fn, self.model.initial_state(padded), padded.mask, strategy,
-                                max_length_ratio=self.decoding.max_length_ratio, layout=BucketedRows(buckets))
-                return _without_padded_source(output, source_length)
+        def run(step_fn, buckets: Optional[ShapeBuckets] = None):
+            if buckets is None:
+                return decode(step_fn, self.model.initial_state(memory), memory.mask, strategy,
+                              max_length_ratio=self.decoding.max_length_ratio)
+            source_length = tf.shape(memory.mask)[1]
+            padded = memory.padded_to(buckets.source_size(source_length))
+            output = decode(step_fn, self.model.initial_state(padded), padded.mask, strategy,
+                            max_length_ratio=self.decoding.max_length_ratio, layout=BucketedRows(buckets))
+            return _without_padded_source(output, source_length)
 
-            def run_shortlisted():
-                output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
-                columns = self.model.softmax_columns(output_ids)  # gathered once, outside the loop
-                # At its own shapes: buckets only spare compilations, and this step is not compiled.
-                return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
+        def run_shortlisted():
+            output_ids = self.shortlist.allowed_ids(source_ids, minimum=strategy.rows_per_search)
+            columns = self.model.softmax_columns(output_ids, weights)  # gathered once, outside the loop
+            # At its own shapes: buckets only spare compilations, and this step is not compiled.
+            return run(lambda state, tokens: step(state, tokens, softmax_columns=columns))
 
-            def run_full():
-                return run(full_step, self.shape_buckets)
+        def run_full():
+            return run(full_step, self.shape_buckets)
 
-            if use_shortlist is False:
-                return run_full()
-            if use_shortlist is True:
-                return run_shortlisted()
-            return tf.cond(use_shortlist, run_shortlisted, run_full)
-
-    def _weights(self):
-        """The scope of this translator's weights: its int8 ones, else whatever scope the caller traces in."""
-        if self.int8_weights is not None:
-            return self.model.transformed_weights(self.int8_weights)
-        return contextlib.nullcontext()
+        if use_shortlist is False:
+            return run_full()
+        if use_shortlist is True:
+            return run_shortlisted()
+        return tf.cond(use_shortlist, run_shortlisted, run_full)
 
     def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
                     return_attention: bool, target: GraphTarget = TENSORFLOW,
@@ -449,17 +445,6 @@ def _without_padded_source(output, source_length):
     return output._replace(attention=attention[..., :source_length])
 
 
-class StoredRows(tf.Module):
-    """A float table kept as a variable; called with ids, it gives their rows."""
-
-    def __init__(self, table, name: Optional[str] = None):
-        super().__init__(name=name)
-        self.table = tf.Variable(table, trainable=False, name="table")
-
-    def __call__(self, ids) -> tf.Tensor:
-        return tf.gather(self.table, ids)
-
-
 class Translation(NamedTuple):
     """One hypothesis of an n-best list."""
 
@@ -503,23 +488,26 @@ class Translator:
             will not change while this translator is used.
         shortlist: the model's vocabulary shortlist (:func:`gnmt_tf.model_files.read_shortlist`),
             used when ``decoding.use_shortlist`` or a call's ``use_shortlist`` says so.
+        weight_transform: what the searches read the model's weights through (None: the float
+            weights), e.g. :class:`gnmt_tf.quantization.Int8Weights` (section 6) or, for dev
+            translations during quantization-aware training,
+            :class:`gnmt_tf.quantization.qat.QuantizationAwareTraining`. Translators of one model
+            with different transforms can be used at the same time, from different threads.
 
     Attributes:
         module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
         truncated: how many sentences of the last call were truncated.
-
-    Graphs are traced at a function's first call: inside ``model.transformed_weights(...)``
-    (e.g. int8 weights) they keep that transform.
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
                  max_input_length: int = 250, truncate_long_inputs: bool = True,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
-                 concurrent_batches: int = 2):
+                 concurrent_batches: int = 2, weight_transform: Optional[WeightTransform] = None):
         for name, value in (("batch_size", batch_size), ("concurrent_batches", concurrent_batches)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length,
+                                       weight_transform=weight_transform,
                                        precompute_target_inputs=precompute_target_inputs, shortlist=shortlist)
         self.batch_size = batch_size
         self.concurrent_batches = concurrent_batches

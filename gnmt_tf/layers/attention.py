@@ -10,6 +10,10 @@ TFLite cannot convert inside loops.
 ``W_k x_t + b`` depends only on the source sentence, so :meth:`project_keys`
 computes it once per sentence and every decoding step reuses it (an identity
 that changes no output; Devlin 2017, section 4.3).
+
+Its weights are read as they are, not through a
+:class:`~gnmt_tf.layers.weights.WeightReader`: section 6 keeps the attention model in float,
+and no weight transform (int8, fake-quantized, quantization-aware training) replaces them.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class AdditiveAttention(keras.layers.Layer):
 
     def project_keys(self, values: tf.Tensor) -> tf.Tensor:
         """``W_k x_t + b`` for every source position: [batch, src, units]. Once per sentence."""
+        # Float in every weight transform (section 6), so read directly (see the module docstring).
         return tf.tensordot(values, self.key_kernel, axes=1) + self.hidden_bias
 
     def memory(self, values: tf.Tensor, mask: tf.Tensor) -> AttentionMemory:
@@ -85,7 +90,8 @@ class AdditiveAttention(keras.layers.Layer):
 
         Returns ``(contexts [batch, tgt, value_dim], probs [batch, tgt, src])``.
         """
-        projected_queries = tf.tensordot(queries, self.query_kernel, axes=1)  # [B, T, A]
+        # [B, T, A]; float in every weight transform, as project_keys reads W_k.
+        projected_queries = tf.tensordot(queries, self.query_kernel, axes=1)
         hidden = tf.tanh(tf.expand_dims(memory.keys, 1) + tf.expand_dims(projected_queries, 2))  # [B, T, S, A]
         scores = tf.tensordot(hidden, self.score_vector, axes=1)  # [B, T, S]
         scores = tf.where(tf.expand_dims(memory.mask, 1), scores, tf.cast(_MASKED_SCORE, scores.dtype))

@@ -23,7 +23,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.clipping import clip
-from gnmt_tf.layers.weights import WeightReader
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
 
 def uniform_initializer(scale: float) -> keras.initializers.Initializer:
@@ -48,7 +48,9 @@ class GNMTLSTMCell(keras.layers.Layer):
     * :meth:`recur` takes that projection and the state ``(c, m)`` and returns
       ``(m, (c, m))``.
 
-    ``cell(x, (c, m))`` does both, like a Keras RNN cell.
+    Both read their kernel through the :class:`~gnmt_tf.layers.weights.WeightReader` they are
+    given (float, fake-quantized for quantization-aware training, or int8, section 6).
+    ``cell(x, (c, m))`` does both, like a Keras RNN cell (float weights unless ``weights`` is given).
     """
 
     def __init__(
@@ -59,7 +61,6 @@ class GNMTLSTMCell(keras.layers.Layer):
         init_scale: float = 0.04,
         clip_delta: Optional[tf.Variable] = None,
         initial_delta: float = 1.0,
-        weight_reader: Optional[WeightReader] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -76,9 +77,6 @@ class GNMTLSTMCell(keras.layers.Layer):
         self.output_size = units
         # A shared delta is passed in by the model; a standalone cell owns one.
         self._shared_delta = clip_delta
-        # Both products read their kernel through the model's reader: float, fake-quantized
-        # (quantization-aware training) or int8 (section 6), as the model's scope says.
-        self.weight_reader = weight_reader or WeightReader()
 
     def build(self, input_shape):
         input_dim = int(input_shape[-1])
@@ -102,17 +100,17 @@ class GNMTLSTMCell(keras.layers.Layer):
     def clip_delta(self) -> tf.Variable:
         return self._shared_delta
 
-    def project_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
+    def project_inputs(self, inputs: tf.Tensor, weights: WeightReader) -> tf.Tensor:
         """``W_1 x, W_3 x, W_5 x, W_7 x`` stacked on the last axis (plus the bias)."""
-        projected = self.weight_reader.product(inputs, self.kernel)  # [batch, time, features]: one product for all steps
+        projected = weights.product(inputs, self.kernel)  # [batch, time, features]: one product for all steps
         if self.bias is not None:
             projected = projected + self.bias
         return projected
 
-    def recur(self, projected_inputs: tf.Tensor, state: Tuple[tf.Tensor, tf.Tensor]):
+    def recur(self, projected_inputs: tf.Tensor, state: Tuple[tf.Tensor, tf.Tensor], weights: WeightReader):
         """One step of eq. 11 given ``project_inputs(x_t)``; returns ``(m_t, (c_t, m_t))``."""
         c_prev, m_prev = state
-        z = projected_inputs + self.weight_reader.product(m_prev, self.recurrent_kernel)
+        z = projected_inputs + weights.product(m_prev, self.recurrent_kernel)
         z_i, z_j, z_f, z_o = tf.split(z, 4, axis=-1)
         input_gate = tf.sigmoid(z_i)
         candidate = tf.tanh(z_j)
@@ -122,8 +120,8 @@ class GNMTLSTMCell(keras.layers.Layer):
         m = c * output_gate if self.form == "paper" else output_gate * tf.tanh(c)
         return m, (c, m)
 
-    def call(self, inputs, states):
-        return self.recur(self.project_inputs(inputs), tuple(states))
+    def call(self, inputs, states, weights: WeightReader = FLOAT_READER):
+        return self.recur(self.project_inputs(inputs, weights), tuple(states), weights)
 
     def get_initial_state(self, inputs=None, batch_size=None, dtype=None):
         zeros = tf.zeros((batch_size, self.units), dtype=dtype or self.compute_dtype)

@@ -97,13 +97,21 @@ def run_over_time(step: Step, inputs, mask: tf.Tensor, initial_state, output_siz
     return tf.nest.map_structure(_swap_batch_time, outputs_tm), final_state
 
 
-def run_lstm(cell, inputs: tf.Tensor, mask: tf.Tensor, initial_state: Optional[LSTMState] = None, loop=None):
+def run_lstm(cell, inputs: tf.Tensor, mask: tf.Tensor, weights, initial_state: Optional[LSTMState] = None,
+             loop=None):
     """An LSTM layer (:class:`gnmt_tf.layers.cell.GNMTLSTMCell`) over ``inputs`` [batch, time, features].
 
     The input product of every step is computed up front in one matmul (an identity that
-    changes no output). Returns (outputs [batch, time, units], final state (c, m)).
+    changes no output). ``weights``: the :class:`gnmt_tf.layers.weights.WeightReader` the
+    cell's products read through. Returns (outputs [batch, time, units], final state (c, m)).
     """
-    projected = cell.project_inputs(inputs)
+    return run_projected_lstm(cell, cell.project_inputs(inputs, weights), mask, weights, initial_state, loop)
+
+
+def run_projected_lstm(cell, projected: tf.Tensor, mask: tf.Tensor, weights,
+                       initial_state: Optional[LSTMState] = None, loop=None):
+    """:func:`run_lstm` given the input product of every step, ``cell.project_inputs(inputs, weights)``."""
     if initial_state is None:
-        initial_state = cell.get_initial_state(batch_size=tf.shape(inputs)[0], dtype=inputs.dtype)
-    return run_over_time(cell.recur, projected, mask, tuple(initial_state), cell.units, loop)
+        initial_state = cell.get_initial_state(batch_size=tf.shape(projected)[0], dtype=projected.dtype)
+    return run_over_time(lambda projected_t, state: cell.recur(projected_t, state, weights), projected, mask,
+                         tuple(initial_state), cell.units, loop)

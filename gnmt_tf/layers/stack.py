@@ -18,7 +18,7 @@ import tf_keras as keras
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.layers.clipping import clip
 from gnmt_tf.layers.recurrence import LSTMState, run_lstm
-from gnmt_tf.layers.weights import WeightReader
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
 
 def device_scope(device: Optional[str]):
@@ -63,7 +63,6 @@ class ResidualLSTMStack(keras.layers.Layer):
         init_scale: float = 0.04,
         clip_delta: Optional[tf.Variable] = None,
         initial_delta: float = 1.0,
-        weight_reader: Optional[WeightReader] = None,
         devices: Optional[Sequence[str]] = None,
         **kwargs,
     ):
@@ -91,7 +90,6 @@ class ResidualLSTMStack(keras.layers.Layer):
                 init_scale=init_scale,
                 clip_delta=clip_delta,
                 initial_delta=initial_delta,
-                weight_reader=weight_reader,
                 name=f"lstm_{first_layer + k}",
             )
             for k in range(num_layers)
@@ -142,16 +140,19 @@ class ResidualLSTMStack(keras.layers.Layer):
         inputs: tf.Tensor,
         mask: tf.Tensor,
         context: Optional[tf.Tensor] = None,
+        weights: WeightReader = FLOAT_READER,
         training=None,
         time_loop=None,
     ) -> tf.Tensor:
         """Whole sequences: ``inputs`` [batch, time, features] -> top output x^N.
 
-        ``time_loop``: how the time steps are iterated (:mod:`gnmt_tf.layers.recurrence`).
+        ``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``time_loop``:
+        how the time steps are iterated (:mod:`gnmt_tf.layers.recurrence`).
         """
         x = inputs
         for k, cell in enumerate(self.cells):
-            outputs, _ = run_lstm(cell, self.layer_input(k, x, context, training), mask, loop=time_loop)
+            layer_input = self.layer_input(k, x, context, training)
+            outputs, _ = run_lstm(cell, layer_input, mask, weights, loop=time_loop)
             x = self.layer_output(k, outputs, x)
         return x
 
@@ -159,13 +160,15 @@ class ResidualLSTMStack(keras.layers.Layer):
         self,
         inputs: tf.Tensor,
         states: Sequence[LSTMState],
+        weights: WeightReader,
         context: Optional[tf.Tensor] = None,
     ) -> Tuple[tf.Tensor, Tuple[LSTMState, ...]]:
         """One time step for decoding: ``inputs`` [batch, features] -> (x^N, new states)."""
         x = inputs
         new_states = []
         for k, cell in enumerate(self.cells):
-            output, state = cell.recur(cell.project_inputs(self.layer_input(k, x, context, training=False)), states[k])
+            projected = cell.project_inputs(self.layer_input(k, x, context, training=False), weights)
+            output, state = cell.recur(projected, states[k], weights)
             new_states.append(state)
             x = self.layer_output(k, output, x)
         return x, tuple(new_states)

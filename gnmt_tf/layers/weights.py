@@ -1,10 +1,12 @@
 """How a model reads its weights: one mechanism for float, fake-quantized and int8 weights.
 
-Every product of a kernel and every embedding lookup in the model goes through one
-:class:`WeightReader`, which the model owns and hands to each of its layers. What
-the reader returns is decided by one :class:`WeightTransform` at a time:
+Every product of an LSTM or softmax kernel and every embedding lookup in the model goes
+through a :class:`WeightReader`, passed to the method that computes as its argument
+``weights``. What the reader returns is decided by the one :class:`WeightTransform` it was
+made with:
 
-* the plain transform (the default): the float weights, as trained;
+* the plain transform (:data:`FLOAT_WEIGHTS`, read by :data:`FLOAT_READER`): the float
+  weights, as trained;
 * quantization-aware training (:mod:`gnmt_tf.quantization.qat`): each LSTM kernel
   fake-quantized to eq. 12's int8 grid, with a straight-through gradient;
 * int8 inference (:class:`gnmt_tf.quantization.weights.Int8Weights`, section 6):
@@ -12,21 +14,37 @@ the reader returns is decided by one :class:`WeightTransform` at a time:
 * simulated int8 (:class:`gnmt_tf.quantization.weights.FakeQuantizedWeights`): the
   float numbers that the int8 weights stand for, for measuring the rounding alone.
 
-A transform is chosen for a scope, explicitly: ``with model.transformed_weights(t):``
-(:meth:`gnmt_tf.models.GNMT.transformed_weights`). Graphs are traced with the
-transform of the scope they are traced in; a ``tf.function`` traced inside the
-scope keeps that transform, one traced outside uses float weights.
+A reader is an immutable value: nothing switches how a model reads its weights while a
+graph is traced, and a ``tf.function`` computes with the reader it is given (two
+translators of one model, each with its own reader, can decode at the same time). Where
+a reader comes from:
 
-A search reads its kernels once (:meth:`WeightReader.kernels_read_once`, entered by the
-translator before its decoding loop): each float product kernel is read through the
-transform (dequantized, fake-quantized) before the loop rather than at every step, and
-laid out for the small products of a step (:class:`ProductKernel`).
+* the model's entry points (``GNMT.encode``, ``step``, ``forward``, ...) and the Keras
+  ``call`` of every layer take ``weights`` with the default :data:`FLOAT_READER`; the
+  pieces they are composed of (a cell's ``project_inputs`` and ``recur``, a stack's
+  ``step``, the decoder's step pieces) require it, so that no path inside the model falls
+  back to float by omission;
+* a translator (:class:`gnmt_tf.inference.translator.TranslatorModule`) makes its reader from
+  the transform it is constructed with, and a search reads through the reader's
+  read-once snapshot (:meth:`WeightReader.reading_once`);
+* training computes with the reader of the transform given to ``GNMT.compile``
+  (``weight_transform``), which the compiled steps pass to the objective.
+
+Not read through a reader, because no transform replaces them (section 6 keeps "the
+attention model and the softmax itself" in float, and quantizes weights, not biases):
+the attention's kernels, bias and score vector (:mod:`gnmt_tf.layers.attention`), the
+biases of the LSTM cells and the softmax, and delta.
+
+A search reads its kernels once (:meth:`WeightReader.reading_once`, called by the translator
+before its decoding loop): a new reader whose products with each float product kernel use the
+kernel read through the transform (dequantized, fake-quantized) before the loop rather than at
+every step, and laid out for the small products of a step (:class:`ProductKernel`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Dict, Iterable, Iterator, NamedTuple, Optional, Union
+import types
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
 
 import tensorflow as tf
 
@@ -45,7 +63,7 @@ PADDED_PRODUCT_ROWS = 16
 
 
 class ProductKernel(NamedTuple):
-    """A float kernel read once for the many products of a search (:meth:`WeightReader.kernels_read_once`).
+    """A float kernel read once for the many products of a search (:meth:`WeightReader.reading_once`).
 
     ``values`` holds the kernel with zero columns appended when its row stride would be a multiple
     of 2 KiB (see ``ALIASED_STRIDE_COLUMNS``); a product drops their (zero) outputs.
@@ -129,34 +147,104 @@ class WeightTransform:
         """Rows ``ids`` of the embedding ``table``."""
         return tf.gather(table, ids)
 
+    # What a module computing with the transform stores (a translator, and its SavedModel).
+    def replaces(self, variable: tf.Variable) -> bool:
+        """Whether the transform holds its own form of ``variable``, so that a module computing with
+        it neither reads nor stores the float one (:class:`gnmt_tf.quantization.Int8Weights`)."""
+        return False
+
+    def stored_rows(self, table: tf.Tensor) -> "StoredRows":
+        """``table`` [rows, width] (computed from the weights, e.g. a precomputed product) kept as a
+        module computing with the transform keeps its embedding tables; called with ids, its rows."""
+        return StoredRows(table)
+
 
 FLOAT_WEIGHTS = WeightTransform()
 
 
-class WeightReader:
-    """The one way a model's layers read their kernels and embedding tables.
+class StoredRows(tf.Module):
+    """A float table kept as a variable; called with ids, it gives their rows."""
 
-    A model creates one and passes it to every layer it builds, so one call of
-    :meth:`using` changes how the whole model computes. A layer built on its own
-    gets a reader of its own.
+    def __init__(self, table, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.table = tf.Variable(table, trainable=False, name="table")
+
+    def __call__(self, ids) -> tf.Tensor:
+        return tf.gather(self.table, ids)
+
+
+class WeightReader:
+    """How a model's layers read their kernels and embedding tables: through one transform.
+
+    An immutable value, passed to every method that computes (as ``weights``). ``transform``
+    (default :data:`FLOAT_WEIGHTS`) decides what the products and lookups read. A reader made by
+    :meth:`reading_once` also holds a snapshot of the product kernels, read through the transform
+    once, for the many steps of one search.
     """
 
-    def __init__(self):
-        self._transform: WeightTransform = FLOAT_WEIGHTS
-        self._read_once: Dict[Any, ProductKernel] = {}  # kernel ref -> its values, in kernels_read_once
+    __slots__ = ("_transform", "_read_once")
+
+    def __init__(self, transform: Optional[WeightTransform] = None):
+        self._transform: WeightTransform = transform if transform is not None else FLOAT_WEIGHTS
+        # kernel ref -> its values read once, in a reader made by reading_once; None in any other.
+        self._read_once: Optional[Mapping[Any, ProductKernel]] = None
+
+    def __setattr__(self, name, value):
+        if hasattr(self, name):
+            raise AttributeError(f"a WeightReader is immutable: make another (reading_once) rather than "
+                                 f"setting {name}")
+        object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        once = f", {len(self._read_once)} kernels read once" if self._read_once is not None else ""
+        return f"WeightReader({type(self._transform).__name__}{once})"
 
     @property
     def transform(self) -> WeightTransform:
         return self._transform
 
+    @property
+    def reads_once(self) -> bool:
+        """Whether this reader is a snapshot made by :meth:`reading_once`."""
+        return self._read_once is not None
+
+    def _read(self, kernel: tf.Variable) -> Optional[ProductKernel]:
+        """``kernel`` as this snapshot read it once, or None (not read once: read through the transform)."""
+        return self._read_once.get(kernel.ref()) if self._read_once is not None else None
+
+    def reading_once(self, kernels: Iterable[tf.Variable],
+                     rows: Union[int, tf.Tensor, None] = None) -> "WeightReader":
+        """A new reader with the same transform whose products with ``kernels`` read each of them once, here.
+
+        Each kernel with a float product under the transform is read through it now (dequantized,
+        fake-quantized, or as it is) as a :class:`ProductKernel`, padded when the products have at
+        least ``PADDED_PRODUCT_ROWS`` rows (``rows``: the decoder rows of the search, an int or a
+        tensor of the call; None: never). Called in a traced function before a decoding loop, the
+        loop's steps multiply by those tensors rather than reading (and dequantizing) the kernel at
+        every step. Kernels with int8 products are read by the transform as before. A snapshot:
+        for inference, not for a model being trained. This reader is left as it is.
+        """
+        if self._read_once is not None:
+            raise ValueError("this reader already holds kernels read once; call reading_once on the reader "
+                             "it was made from")
+        padded = False if rows is None else rows >= PADDED_PRODUCT_ROWS
+        read = {}
+        for kernel in kernels:
+            values = self._transform.float_kernel(kernel)
+            if values is not None:
+                read[kernel.ref()] = ProductKernel.of(values, padded)
+        snapshot = WeightReader(self._transform)
+        object.__setattr__(snapshot, "_read_once", types.MappingProxyType(read))
+        return snapshot
+
     def product(self, x: tf.Tensor, kernel: tf.Variable) -> tf.Tensor:
-        """``x @ kernel`` under the current transform."""
-        read = self._read_once.get(kernel.ref())
+        """``x @ kernel`` through the transform."""
+        read = self._read(kernel)
         return matmul(x, read) if read is not None else self._transform.product(x, kernel)
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
-        """``x -> x @ kernel[rows]`` under the current transform (see :meth:`WeightTransform.partial_product`)."""
-        read = self._read_once.get(kernel.ref())
+        """``x -> x @ kernel[rows]`` through the transform (see :meth:`WeightTransform.partial_product`)."""
+        read = self._read(kernel)
         if read is not None:
             part = read.rows(rows)
             return lambda x: matmul(x, part)
@@ -166,6 +254,7 @@ class WeightReader:
         """A built ``keras.layers.Dense`` without activation applied to ``x``, its kernel read through the transform.
 
         With ``columns`` (:meth:`dense_columns` of this layer), only those output units, ``[..., n]``.
+        The bias is read as it is (see the module docstring).
         """
         if columns is None:
             y = self.product(x, layer.kernel)
@@ -178,7 +267,7 @@ class WeightReader:
         the transform (its kernel's columns, its bias entries) for :meth:`dense` to compute only those."""
         ids = tf.convert_to_tensor(ids, tf.int32)
         units = int(layer.kernel.shape[-1])
-        read = self._read_once.get(layer.kernel.ref())
+        read = self._read(layer.kernel)
         kernel = read.gather_columns(ids) if read is not None else self._transform.columns(layer.kernel, ids)
         return DenseColumns(
             ids=ids,
@@ -191,48 +280,8 @@ class WeightReader:
         """A built ``keras.layers.Embedding`` looked up at ``ids``, its table read through the transform."""
         return self._transform.lookup(layer.embeddings, tf.convert_to_tensor(ids))
 
-    @contextlib.contextmanager
-    def using(self, transform: Optional[WeightTransform]) -> Iterator[WeightTransform]:
-        """Read the weights through ``transform`` (None: float) inside the ``with`` block."""
-        transform = transform or FLOAT_WEIGHTS
-        if self._read_once and transform is not self._transform:
-            raise ValueError("the kernels are read once already: choose the weight transform before "
-                             "kernels_read_once")
-        if self._transform is not FLOAT_WEIGHTS and transform is not self._transform:
-            raise ValueError(
-                f"the model already computes with {type(self._transform).__name__}; "
-                f"leave that scope before using {type(transform).__name__}"
-            )
-        previous = self._transform
-        self._transform = transform
-        try:
-            yield transform
-        finally:
-            self._transform = previous
 
-    @contextlib.contextmanager
-    def kernels_read_once(self, kernels: Iterable[tf.Variable],
-                          rows: Union[int, tf.Tensor, None] = None) -> Iterator[None]:
-        """Inside the ``with`` block, products with ``kernels`` read each of them once, here.
+FLOAT_READER = WeightReader()
+"""The float weights, as trained: the default reader of the model's entry points."""
 
-        Each kernel with a float product under the current transform is read through it now
-        (dequantized, fake-quantized, or as it is) as a :class:`ProductKernel`, padded when the
-        products have at least ``PADDED_PRODUCT_ROWS`` rows (``rows``: the decoder rows of the
-        search, an int or a tensor of the call; None: never). Entered in a traced function before a
-        decoding loop, the loop's steps multiply by those tensors rather than reading (and
-        dequantizing) the kernel at every step. Kernels with int8 products are read by the
-        transform as before. A snapshot: for inference, not for a model being trained.
-        """
-        if self._read_once:
-            raise ValueError("kernels_read_once is already in effect")
-        padded = False if rows is None else rows >= PADDED_PRODUCT_ROWS
-        read = {}
-        for kernel in kernels:
-            values = self._transform.float_kernel(kernel)
-            if values is not None:
-                read[kernel.ref()] = ProductKernel.of(values, padded)
-        self._read_once = read
-        try:
-            yield
-        finally:
-            self._read_once = {}
+

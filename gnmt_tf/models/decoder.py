@@ -18,6 +18,15 @@ Two paths share all of this math:
   per time step.
 * :meth:`GNMTDecoder.step`: one token per sentence, for beam search and sampling.
 
+The model-parallel schemes (:mod:`gnmt_tf.parallel.model_parallel`) place the same pieces on
+their devices: :meth:`~GNMTDecoder.bottom_inputs`, :meth:`~GNMTDecoder.bottom_step` (or
+:meth:`~GNMTDecoder.bottom_layer` and the attention), the upper stack's layers,
+:meth:`~GNMTDecoder.top_output` and the softmax (:meth:`~GNMTDecoder.logits`, or
+:meth:`~GNMTDecoder.column_logits` of a slice of the vocabulary).
+
+Every method that computes reads the kernels through the
+:class:`~gnmt_tf.layers.weights.WeightReader` it is given as ``weights``.
+
 Decoding can skip the product of the embedded token with the bottom layer's input
 kernel (Devlin 2017, section 4): that product depends on the token alone, so
 :meth:`GNMTDecoder.target_input_table` computes it once for every vocabulary entry
@@ -35,9 +44,9 @@ from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.layers.clipping import clip_logits
 from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.layers.recurrence import LSTMState, run_lstm, run_over_time
+from gnmt_tf.layers.recurrence import LSTMState, masked_step, run_over_time, run_projected_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
-from gnmt_tf.layers.weights import DenseColumns, WeightReader
+from gnmt_tf.layers.weights import FLOAT_READER, DenseColumns, WeightReader
 
 
 class DecoderState(NamedTuple):
@@ -72,7 +81,7 @@ class GNMTDecoder(keras.layers.Layer):
     """Embedded target inputs + encoder memory -> clipped logits."""
 
     def __init__(self, config: ModelConfig, encoder_width: int, clip_delta: Optional[tf.Variable] = None,
-                 weight_reader: Optional[WeightReader] = None, devices: Optional[Sequence[str]] = None,
+                 devices: Optional[Sequence[str]] = None,
                  attention_device: Optional[str] = None, softmax_device: Optional[str] = None, **kwargs):
         """``devices`` (one per decoder layer), ``attention_device``, ``softmax_device``: where the
         weights live under model parallelism (section 3.3); None: one device."""
@@ -82,14 +91,12 @@ class GNMTDecoder(keras.layers.Layer):
         self.attention_device = attention_device
         self.softmax_device = softmax_device
         self.encoder_width = encoder_width
-        self.weight_reader = weight_reader or WeightReader()
         cell_args = dict(
             form=config.cell,
             forget_bias=config.forget_bias,
             init_scale=config.init_scale,
             clip_delta=clip_delta,
             initial_delta=config.clip_delta,
-            weight_reader=self.weight_reader,
         )
         self.bottom_cell = GNMTLSTMCell(config.units, name="lstm_1", **cell_args)
         self.input_dropout = keras.layers.Dropout(config.dropout)
@@ -124,12 +131,23 @@ class GNMTDecoder(keras.layers.Layer):
         super().build(input_shape)
 
     # ----------------------------------------------------------------- shared pieces
-    def softmax_columns(self, output_ids) -> DenseColumns:
+    def softmax_columns(self, output_ids, weights: WeightReader) -> DenseColumns:
         """The softmax weights of the output ids ``output_ids`` (int32 [n], distinct: a vocabulary
         shortlist, :mod:`gnmt_tf.data.shortlist`), read once per batch for :meth:`logits`."""
-        return self.weight_reader.dense_columns(self.softmax_projection, output_ids)
+        return weights.dense_columns(self.softmax_projection, output_ids)
 
-    def logits(self, top: tf.Tensor, training=None,
+    def top_output(self, top: tf.Tensor, training=None) -> tf.Tensor:
+        """The top decoder output as the softmax reads it: through dropout, unless ``training`` is False."""
+        if training is False:  # decoding steps: no dropout op in the graph
+            return top
+        return self.output_dropout(top, training=training)
+
+    def column_logits(self, top: tf.Tensor, columns: DenseColumns, weights: WeightReader) -> tf.Tensor:
+        """The logits of the output ids of ``columns`` (:meth:`softmax_columns`) alone, clipped (eq. 13):
+        [..., n]. ``top`` as :meth:`top_output` gives it."""
+        return clip_logits(weights.dense(self.softmax_projection, top, columns), self.config.logit_clip)
+
+    def logits(self, top: tf.Tensor, weights: WeightReader, training=None,
                softmax_columns: Optional[DenseColumns] = None) -> tf.Tensor:
         """The top decoder output through dropout and the softmax projection, clipped (eq. 13).
 
@@ -138,12 +156,10 @@ class GNMTDecoder(keras.layers.Layer):
         the softmax's FLOPs go), and every other id gets -inf: the row still spans the vocabulary,
         and a search over it never picks an id outside the shortlist.
         """
-        if training is not False:  # decoding steps: no dropout op in the graph
-            top = self.output_dropout(top, training=training)
-        logits = clip_logits(self.weight_reader.dense(self.softmax_projection, top, softmax_columns),
-                             self.config.logit_clip)
+        top = self.top_output(top, training)
         if softmax_columns is None:
-            return logits
+            return clip_logits(weights.dense(self.softmax_projection, top), self.config.logit_clip)
+        logits = self.column_logits(top, softmax_columns, weights)
         # Spread over the vocabulary: row 0 of the transposed logits is -inf, id v reads row
         # positions[v] (0 for an id not computed). Row gathers and transposes: a column gather is slower.
         excluded = tf.fill(tf.stack([1, tf.shape(logits)[0]]), tf.constant(float("-inf"), logits.dtype))
@@ -156,57 +172,99 @@ class GNMTDecoder(keras.layers.Layer):
             return tf.concat([embedded, previous_context], axis=-1)
         return embedded
 
-    def target_input_table(self, embeddings: tf.Tensor) -> tf.Tensor:
-        """The bottom layer's input projection of each embedding [V, E] (the bias included): [V, 4 units].
-
-        Computed through the weight transform of the scope it is called in.
-        """
-        projected = self.weight_reader.partial_product(self.bottom_cell.kernel, slice(0, self.embedding_dim))(embeddings)
+    def target_input_table(self, embeddings: tf.Tensor, weights: WeightReader) -> tf.Tensor:
+        """The bottom layer's input projection of each embedding [V, E] (the bias included): [V, 4 units]."""
+        projected = weights.partial_product(self.bottom_cell.kernel, slice(0, self.embedding_dim))(embeddings)
         return projected + self.bottom_cell.bias if self.bottom_cell.bias is not None else projected
 
-    def target_input_projection(self, token_rows: Callable[[tf.Tensor], tf.Tensor]) -> TargetInputProjection:
+    def target_input_projection(self, token_rows: Callable[[tf.Tensor], tf.Tensor],
+                                weights: WeightReader) -> TargetInputProjection:
         """A step's input projection from ``token_rows`` (rows of :meth:`target_input_table`'s table).
 
         Call it outside the decoding loop: the kernel's context rows are sliced here, once.
         """
         context_product = None
         if self.config.input_feeding:
-            context_product = self.weight_reader.partial_product(
-                self.bottom_cell.kernel, slice(self.embedding_dim, None))
+            context_rows = slice(self.embedding_dim, None)
+            context_product = weights.partial_product(self.bottom_cell.kernel, context_rows)
         return TargetInputProjection(token_rows, context_product)
 
-    def feed_bottom_step(self, x_t: tf.Tensor, state, memory: AttentionMemory):
+    # ----------------------------------------------------------------- the bottom layer over a sequence
+    def bottom_inputs(self, embedded: tf.Tensor, weights: WeightReader, training=None) -> tf.Tensor:
+        """What the bottom layer reads at each target position [batch, time, ...]: the embedded targets
+        through dropout; without input feeding, their input product too, made for every position at
+        once (an identity, as :func:`gnmt_tf.layers.recurrence.run_lstm` hoists it). With input
+        feeding the product also reads the previous context, known only step by step."""
+        x = self.input_dropout(embedded, training=training)
+        if self.config.input_feeding:
+            return x
+        return self.bottom_cell.project_inputs(x, weights)
+
+    def bottom_initial_state(self, batch, dtype=tf.float32):
+        """The bottom layer's state before the first target token: ``(c, m)``, and with input
+        feeding the previous context (zeros) as well."""
+        state = tuple(self.bottom_cell.get_initial_state(batch_size=batch, dtype=dtype))
+        if self.config.input_feeding:
+            state += (tf.zeros([batch, self.encoder_width], dtype=dtype),)
+        return state
+
+    def feed_bottom_step(self, x_t: tf.Tensor, state, memory: AttentionMemory, weights: WeightReader):
         """Input feeding, one time step: the bottom layer reads x_t and the previous context, then attends.
 
         ``state`` is ``(c, m, previous context)``. Returns ``((m^1_t, context_t, attention
-        probs_t), (c, m, context_t))``; the teacher-forcing loop and the model-parallel
-        wavefront run it through :func:`gnmt_tf.layers.recurrence.masked_step`.
+        probs_t), (c, m, context_t))``; the teacher-forcing loop runs it through
+        :func:`gnmt_tf.layers.recurrence.masked_step`.
         """
         c, m, previous_context = state
-        projected = self.bottom_cell.project_inputs(self.bottom_input(x_t, previous_context))
-        output, (c, m) = self.bottom_cell.recur(projected, (c, m))
+        projected = self.bottom_cell.project_inputs(self.bottom_input(x_t, previous_context), weights)
+        output, (c, m) = self.bottom_cell.recur(projected, (c, m), weights)
         context, probs = self.attention.attend_step(output, memory)
         return (output, context, probs), (c, m, context)
 
+    def bottom_step(self, inputs_t: tf.Tensor, state, mask_t: tf.Tensor, memory: AttentionMemory,
+                    weights: WeightReader):
+        """One time step of the bottom layer and its attention, padding-proof (``mask_t``: the real rows).
+
+        ``inputs_t`` is time step t of :meth:`bottom_inputs`, ``state`` starts as
+        :meth:`bottom_initial_state`. Returns ``((m^1_t, context_t, attention probs_t), new state)``,
+        the numbers :meth:`call` computes at step t: with input feeding the attention is part of the
+        masked step (:meth:`feed_bottom_step`: context and probs 0 at padding); without, it reads the
+        masked output (0 at padding), as attention over every position of the bottom layer's output does.
+        The model-parallel wavefront runs this step, one diagonal at a time.
+        """
+        if self.config.input_feeding:
+            return masked_step(lambda x_t, s: self.feed_bottom_step(x_t, s, memory, weights), inputs_t, state,
+                               mask_t)
+        recur = lambda projected_t, s: self.bottom_cell.recur(projected_t, s, weights)  # noqa: E731
+        output, new_state = masked_step(recur, inputs_t, state, mask_t)
+        context, probs = self.attention.attend_step(output, memory)
+        return (output, context, probs), new_state
+
+    def bottom_layer(self, inputs: tf.Tensor, mask: tf.Tensor, weights: WeightReader) -> tf.Tensor:
+        """Without input feeding: the bottom layer over whole sequences, from :meth:`bottom_inputs`
+        (their input products): m^1 [batch, time, units]. Nothing in it depends on attention."""
+        if self.config.input_feeding:
+            raise ValueError("with input feeding the bottom layer reads the attention context step by step "
+                             "(bottom_step)")
+        return run_projected_lstm(self.bottom_cell, inputs, mask, weights)[0]
+
     # ----------------------------------------------------------------- teacher forcing
     def call(
-        self, embedded: tf.Tensor, mask: tf.Tensor, memory: AttentionMemory, training=None
+        self, embedded: tf.Tensor, mask: tf.Tensor, memory: AttentionMemory,
+        weights: WeightReader = FLOAT_READER, training=None,
     ) -> Tuple[tf.Tensor, tf.Tensor]:
         """Whole target sequences -> (logits [B, T, V], attention probs [B, T, S])."""
-        x = self.input_dropout(embedded, training=training)
+        inputs = self.bottom_inputs(embedded, weights, training)
         if self.config.input_feeding:
-            batch = tf.shape(x)[0]
-            c, m = self.bottom_cell.get_initial_state(batch_size=batch, dtype=x.dtype)
-            initial = (c, m, tf.zeros([batch, self.encoder_width], dtype=x.dtype))
+            initial = self.bottom_initial_state(tf.shape(inputs)[0], inputs.dtype)
             sizes = (self.config.units, self.encoder_width, tf.shape(memory.mask)[1])
-            (bottom, contexts, probs), _ = run_over_time(
-                lambda x_t, state: self.feed_bottom_step(x_t, state, memory), x, mask, initial, sizes
-            )
+            step = lambda x_t, state: self.feed_bottom_step(x_t, state, memory, weights)  # noqa: E731
+            (bottom, contexts, probs), _ = run_over_time(step, inputs, mask, initial, sizes)
         else:
-            bottom, _ = run_lstm(self.bottom_cell, x, mask)
+            bottom = self.bottom_layer(inputs, mask, weights)
             contexts, probs = self.attention.attend(bottom, memory)
-        top = self.upper(bottom, mask=mask, context=contexts, training=training)
-        return self.logits(top, training=training), probs
+        top = self.upper(bottom, mask=mask, context=contexts, weights=weights, training=training)
+        return self.logits(top, weights, training=training), probs
 
     # ----------------------------------------------------------------- one step
     def initial_state(self, memory: AttentionMemory) -> DecoderState:
@@ -217,7 +275,7 @@ class GNMTDecoder(keras.layers.Layer):
         context = tf.zeros([batch, self.encoder_width], dtype=dtype)
         return DecoderState(layers=layers, context=context, memory=memory)
 
-    def step(self, state: DecoderState, embedded: Optional[tf.Tensor] = None,
+    def step(self, state: DecoderState, weights: WeightReader, embedded: Optional[tf.Tensor] = None,
              projected: Optional[tf.Tensor] = None,
              softmax_columns: Optional[DenseColumns] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """One token per sentence -> (logits [B, V], probs [B, S], new state).
@@ -227,9 +285,9 @@ class GNMTDecoder(keras.layers.Layer):
         a vocabulary shortlist (see :meth:`logits`).
         """
         if projected is None:
-            projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context))
-        bottom, bottom_state = self.bottom_cell.recur(projected, state.layers[0])
+            projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context), weights)
+        bottom, bottom_state = self.bottom_cell.recur(projected, state.layers[0], weights)
         context, probs = self.attention.attend_step(bottom, state.memory)
-        top, upper_states = self.upper.step(bottom, state.layers[1:], context=context)
+        top, upper_states = self.upper.step(bottom, state.layers[1:], weights, context=context)
         new_state = DecoderState(layers=(bottom_state,) + upper_states, context=context, memory=state.memory)
-        return self.logits(top, training=False, softmax_columns=softmax_columns), probs, new_state
+        return self.logits(top, weights, training=False, softmax_columns=softmax_columns), probs, new_state

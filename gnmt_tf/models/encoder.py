@@ -17,7 +17,7 @@ from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer
-from gnmt_tf.layers.weights import WeightReader
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
 
 class GNMTEncoder(keras.layers.Layer):
@@ -28,7 +28,7 @@ class GNMTEncoder(keras.layers.Layer):
     """
 
     def __init__(self, config: ModelConfig, clip_delta: Optional[tf.Variable] = None,
-                 weight_reader: Optional[WeightReader] = None, devices: Optional[Sequence[str]] = None, **kwargs):
+                 devices: Optional[Sequence[str]] = None, **kwargs):
         """``devices``: one per encoder layer, the bi-directional bottom one first (model parallelism)."""
         super().__init__(**kwargs)
         self.config = config
@@ -39,7 +39,6 @@ class GNMTEncoder(keras.layers.Layer):
             init_scale=config.init_scale,
             clip_delta=clip_delta,
             initial_delta=config.clip_delta,
-            weight_reader=weight_reader,
         )
         self.forward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_forward", **cell_args)
         self.backward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_backward", **cell_args)
@@ -67,19 +66,22 @@ class GNMTEncoder(keras.layers.Layer):
         build_sublayer(self.upper, (None, None, 2 * self.config.direction_units))
         super().build(input_shape)
 
-    def call(self, embedded: tf.Tensor, mask: tf.Tensor, training=None, time_loop=None) -> tf.Tensor:
-        """``time_loop``: how time steps are iterated (:mod:`gnmt_tf.layers.recurrence`; default TensorArrays)."""
-        bottom = self.bottom_layer(embedded, mask, training=training, time_loop=time_loop)
-        return self.upper(bottom, mask=mask, training=training, time_loop=time_loop)
+    def call(self, embedded: tf.Tensor, mask: tf.Tensor, weights: WeightReader = FLOAT_READER, training=None,
+             time_loop=None) -> tf.Tensor:
+        """``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``time_loop``: how
+        time steps are iterated (:mod:`gnmt_tf.layers.recurrence`; default TensorArrays)."""
+        bottom = self.bottom_layer(embedded, mask, weights, training=training, time_loop=time_loop)
+        return self.upper(bottom, mask=mask, weights=weights, training=training, time_loop=time_loop)
 
-    def bottom_layer(self, embedded: tf.Tensor, mask: tf.Tensor, training=None, time_loop=None) -> tf.Tensor:
+    def bottom_layer(self, embedded: tf.Tensor, mask: tf.Tensor, weights: WeightReader, training=None,
+                     time_loop=None) -> tf.Tensor:
         """Layer 1: embedded source -> the two directions' outputs concatenated (fig. 3)."""
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         x = self.input_dropout(embedded, training=training)
-        forward, _ = run_lstm(self.forward_cell, x, mask, loop=time_loop)
+        forward, _ = run_lstm(self.forward_cell, x, mask, weights, loop=time_loop)
         # Reverse only the real tokens of each sentence so that right-padding
         # stays at the end and cannot reach the backward LSTM's real outputs.
         reversed_x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-        backward, _ = run_lstm(self.backward_cell, reversed_x, mask, loop=time_loop)
+        backward, _ = run_lstm(self.backward_cell, reversed_x, mask, weights, loop=time_loop)
         backward = tf.reverse_sequence(backward, lengths, seq_axis=1, batch_axis=0)
         return tf.concat([forward, backward], axis=-1)  # fig. 3

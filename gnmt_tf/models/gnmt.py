@@ -12,13 +12,19 @@ Decoding, one token at a time (what beam search and sampling call)::
     columns = model.softmax_columns(allowed_ids)                  # a vocabulary shortlist, once per batch
     logits, attention_probs, state = model.step(state, token_ids, softmax_columns=columns)
 
+Every method that computes takes the :class:`~gnmt_tf.layers.weights.WeightReader` its products
+and lookups read through as ``weights``, the float weights (``FLOAT_READER``) by default::
+
+    int8 = WeightReader(Int8Weights(model))                       # section 6
+    memory = model.encode(source_ids, int8)
+    logits, attention_probs, state = model.step(model.initial_state(memory), token_ids, int8)
+
 Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
 is masked in every layer, so it never changes a real position's output.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -30,7 +36,7 @@ from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, TargetInputProjection
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
-from gnmt_tf.layers.weights import DenseColumns, WeightReader, WeightTransform
+from gnmt_tf.layers.weights import FLOAT_READER, DenseColumns, WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
 from gnmt_tf.models.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
 from gnmt_tf.vocab import PAD_ID
@@ -53,6 +59,9 @@ class GNMT(keras.Model):
             :meth:`set_clip_delta` to change it.
         objective: set by :meth:`compile`: what :meth:`train_step` minimises
             (:mod:`gnmt_tf.models.objectives`).
+        compiled_weights: set by :meth:`compile`: the
+            :class:`~gnmt_tf.layers.weights.WeightReader` of the compiled training and test
+            steps and of Keras ``call`` (float until a ``weight_transform`` is compiled in).
     """
 
     def __init__(self, config: Union[ModelConfig, Dict[str, Any]], parallel=None, **kwargs):
@@ -68,9 +77,6 @@ class GNMT(keras.Model):
             # One value for every replica (training sets it between steps: DeltaAnnealing).
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
-        # The one reader of every kernel and embedding table: float, fake-quantized or int8,
-        # whichever transformed_weights() scope the model is traced in (gnmt_tf.layers.weights).
-        self.weight_reader = WeightReader()
         self.source_embedding = keras.layers.Embedding(
             config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
         )
@@ -82,12 +88,12 @@ class GNMT(keras.Model):
         self.placement = model_parallel.resolve_placement(parallel, config)
         placement = self.placement
         self.encoder = GNMTEncoder(
-            config, clip_delta=self.clip_delta, weight_reader=self.weight_reader,
-            devices=placement.encoder if placement else None, name="encoder",
+            config, clip_delta=self.clip_delta, devices=placement.encoder if placement else None,
+            name="encoder",
         )
         self.decoder = GNMTDecoder(
             config, encoder_width=self.encoder.output_width, clip_delta=self.clip_delta,
-            weight_reader=self.weight_reader, devices=placement.decoder if placement else None,
+            devices=placement.decoder if placement else None,
             attention_device=placement.attention_device if placement else None,
             softmax_device=placement.root if placement else None, name="decoder",
         )
@@ -114,34 +120,46 @@ class GNMT(keras.Model):
 
     # ------------------------------------------------------------------ teacher forcing
     def call(self, inputs, training=None) -> tf.Tensor:
-        """``(source_ids, target_input_ids)`` -> logits [batch, tgt, vocab], clipped to [-gamma, gamma]."""
-        logits, _ = self.forward(*_unpack(inputs), training=training)
+        """``(source_ids, target_input_ids)`` -> logits [batch, tgt, vocab], clipped to [-gamma, gamma].
+
+        Computed with the model's own reader, :attr:`compiled_weights`; :meth:`forward` takes one.
+        """
+        logits, _ = self.forward(*_unpack(inputs), weights=self.compiled_weights, training=training)
         return logits
 
-    def forward(self, source_ids, target_input_ids, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+    def forward(self, source_ids, target_input_ids, weights: WeightReader = FLOAT_READER,
+                training=None) -> Tuple[tf.Tensor, tf.Tensor]:
         """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S])."""
         if self.placement is not None:  # layers on their devices (gnmt_tf.parallel.model_parallel)
-            return model_parallel.forward(self, source_ids, target_input_ids, training=training)
-        memory = self.encode(source_ids, training=training)
+            return model_parallel.forward(self, source_ids, target_input_ids, weights, training=training)
+        memory = self.encode(source_ids, weights, training=training)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
         return self.decoder(
-            self.embed_target(target_input_ids),
+            self.embed_target(target_input_ids, weights),
             mask=tf.not_equal(target_input_ids, PAD_ID),
             memory=memory,
+            weights=weights,
             training=training,
         )
 
     # ------------------------------------------------------------------ training
-    # Set by compile: what train_step minimises (gnmt_tf.models.objectives), and the
-    # teacher-forcing objective of the compiled loss, which test_step reports.
+    # Set by compile: what train_step minimises (gnmt_tf.models.objectives), the teacher-forcing
+    # objective of the compiled loss, which test_step reports, and the reader both compute with.
     objective = None
     weight_average = None
     _evaluation_objective = None
     _running_means = None
+    _compiled_weights = FLOAT_READER
+
+    @property
+    def compiled_weights(self) -> WeightReader:
+        """The reader the compiled training and test steps and Keras ``call`` compute with: the
+        ``weight_transform`` given to :meth:`compile` (float before, or without one)."""
+        return self._compiled_weights
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None, weight_average=None,
-                **kwargs):
-        """Keras' ``compile``, plus the objective that :meth:`train_step` minimises.
+                weight_transform: Optional[WeightTransform] = None, **kwargs):
+        """Keras' ``compile``, plus the objective that :meth:`train_step` minimises and the weights it reads.
 
         Args:
             optimizer: as for Keras (the Trainer's is :class:`~gnmt_tf.training.optimizer.AdamThenSGD`).
@@ -153,6 +171,11 @@ class GNMT(keras.Model):
                 training) -> (loss, logs)`` such as
                 :class:`~gnmt_tf.training.reinforce.MixedObjective` (eq. 9). Default:
                 :class:`~gnmt_tf.models.objectives.MaximumLikelihood` of ``loss``.
+            weight_transform: what the training and test steps (``fit``, ``evaluate``) and Keras
+                ``call`` read the weights through (:mod:`gnmt_tf.layers.weights`), e.g.
+                :class:`gnmt_tf.quantization.qat.QuantizationAwareTraining` (section 6). Default:
+                the float weights. Keras makes its step functions anew after ``compile``, so
+                they compute with it; it is not saved with the compile config.
             metrics: not supported; the steps log their own (see :meth:`train_step`).
             weight_average: a :class:`~gnmt_tf.training.averaging.WeightAverage` of this model's
                 trainable variables, moved after every update (the weights a run ships).
@@ -168,14 +191,15 @@ class GNMT(keras.Model):
         # Not tracked as a child of the model: its variables are the trainer's to save, not the model's weights.
         object.__setattr__(self, "weight_average", weight_average)
         self._evaluation_objective = evaluation
+        self._compiled_weights = WeightReader(weight_transform)
         with self.distribute_strategy.scope():  # where Keras creates its own metrics
             self._running_means = _RunningMeans()
 
     def compile_from_config(self, config):
         """Compile a loaded model as it was saved (Keras skips a custom ``compile`` otherwise).
 
-        The objective is not saved: a loaded model trains by maximum likelihood of its
-        compiled loss until ``compile`` is given another objective.
+        The objective and the weight transform are not saved: a loaded model trains by maximum
+        likelihood of its compiled loss, with float weights, until ``compile`` is given others.
         """
         self.compile(**keras.saving.deserialize_keras_object(config))
         if self.built and isinstance(self.optimizer, keras.optimizers.Optimizer):
@@ -194,7 +218,8 @@ class GNMT(keras.Model):
     def train_step(self, data):
         """One update of the compiled objective; the same step for every objective.
 
-        The objective gives this replica's loss; the step divides it among the replicas
+        The objective gives this replica's loss, computed with :attr:`compiled_weights`; the step
+        divides it among the replicas
         (Keras' rule: synchronous replicas add their gradients up), takes the gradient and
         applies the optimizer. Logs: ``loss`` and ``perplexity`` (exp of the references'
         per-token negative log-likelihood), both means over the epoch so far, as Keras
@@ -202,9 +227,11 @@ class GNMT(keras.Model):
         ``learning_rate``, ``delta``, ``source_tokens`` / ``target_tokens`` (real tokens
         in the batch, for throughput); and the objective's own logs.
         """
+        self.build()  # a model fit before it was built or called: the objective calls its methods, not Keras'
         batch = unpack_batch(data)
         with tf.GradientTape() as tape:
-            loss, objective_logs = self.objective.loss(self, batch, training=True)
+            loss, objective_logs = self.objective.loss(self, batch, training=True,
+                                                       weights=self._compiled_weights)
             # Synchronous replicas add their gradients up: each takes its share (as Keras scales a compiled loss).
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             scaled = loss * (1.0 / replicas) if replicas > 1 else loss
@@ -222,8 +249,10 @@ class GNMT(keras.Model):
     @tf.autograph.experimental.do_not_convert
     def test_step(self, data):
         """The compiled teacher-forcing loss of a batch: logs ``loss``, ``perplexity`` and the token counts."""
+        self.build()  # as in train_step
         batch = unpack_batch(data)
-        loss, objective_logs = self._evaluation_objective.loss(self, batch, training=False)
+        loss, objective_logs = self._evaluation_objective.loss(self, batch, training=False,
+                                                               weights=self._compiled_weights)
         return self._logs(batch, loss, objective_logs)
 
     def _logs(self, batch: Batch, loss, objective_logs) -> Dict[str, tf.Tensor]:
@@ -240,7 +269,8 @@ class GNMT(keras.Model):
         return logs
 
     # ------------------------------------------------------------------ one step at a time
-    def encode(self, source_ids, training=None, time_loop=None) -> AttentionMemory:
+    def encode(self, source_ids, weights: WeightReader = FLOAT_READER, training=None,
+               time_loop=None) -> AttentionMemory:
         """Encode source ids [batch, src]; attention keys are projected here, once per sentence.
 
         ``time_loop`` chooses how the encoder's time steps are iterated
@@ -248,85 +278,71 @@ class GNMT(keras.Model):
         """
         source_ids = tf.convert_to_tensor(source_ids)
         mask = tf.not_equal(source_ids, PAD_ID)
-        outputs = self.encoder(self.embed_source(source_ids), mask=mask, training=training, time_loop=time_loop)
+        outputs = self.encoder(self.embed_source(source_ids, weights), mask=mask, weights=weights,
+                               training=training, time_loop=time_loop)
         return self.decoder.attention.memory(outputs, mask)
 
     def initial_state(self, memory: AttentionMemory) -> DecoderState:
         """The decoder state before the first target token (zeros, plus the memory)."""
         return self.decoder.initial_state(memory)
 
-    def step(self, state: DecoderState, token_ids,
+    def step(self, state: DecoderState, token_ids, weights: WeightReader = FLOAT_READER,
              softmax_columns: Optional[DenseColumns] = None,
              target_inputs: Optional[TargetInputProjection] = None) -> Tuple[tf.Tensor, tf.Tensor, DecoderState]:
         """Feed one token per sentence [batch] -> (logits [B, V], attention probs [B, S], new state).
 
-        ``softmax_columns`` (:meth:`softmax_columns`): a vocabulary shortlist; only its ids' logits
-        are computed, the others are -inf (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`).
-        ``target_inputs``: read the bottom layer's input projection of the tokens from a
-        precomputed table (:meth:`target_input_projection`) instead of embedding them.
+        ``softmax_columns`` (:meth:`softmax_columns`, read with the same ``weights``): a vocabulary
+        shortlist; only its ids' logits are computed, the others are -inf
+        (:meth:`gnmt_tf.models.decoder.GNMTDecoder.logits`). ``target_inputs``: read the bottom
+        layer's input projection of the tokens from a precomputed table
+        (:meth:`target_input_projection`) instead of embedding them.
         """
         if target_inputs is None:
-            return self.decoder.step(state, self.embed_target(token_ids), softmax_columns=softmax_columns)
-        return self.decoder.step(state, projected=target_inputs(token_ids, state.context), softmax_columns=softmax_columns)
+            return self.decoder.step(state, weights, self.embed_target(token_ids, weights),
+                                     softmax_columns=softmax_columns)
+        return self.decoder.step(state, weights, projected=target_inputs(token_ids, state.context),
+                                 softmax_columns=softmax_columns)
 
-    def target_input_table(self) -> tf.Tensor:
+    def target_input_table(self, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
         """The bottom decoder layer's input projection of every target token: [V, 4 units] (Devlin 2017).
 
-        What a step would compute from the token's embedding, computed once, through the
-        weight transform of the scope it is called in. A snapshot: it does not follow
-        later changes of the weights.
+        What a step would compute from the token's embedding, computed once, with ``weights``.
+        A snapshot: it does not follow later changes of the weights.
         """
         all_tokens = tf.range(self.model_config.vocab_size)
-        return self.decoder.target_input_table(self.embed_target(all_tokens))
+        return self.decoder.target_input_table(self.embed_target(all_tokens, weights), weights)
 
-    def target_input_projection(self, token_rows) -> TargetInputProjection:
+    def target_input_projection(self, token_rows,
+                                weights: WeightReader = FLOAT_READER) -> TargetInputProjection:
         """What :meth:`step` takes as ``target_inputs``, given ``token_rows``: ids -> rows of
-        :meth:`target_input_table`'s table (e.g. ``lambda ids: tf.gather(table, ids)``).
-        Make it outside the decoding loop."""
-        return self.decoder.target_input_projection(token_rows)
+        :meth:`target_input_table`'s table (e.g. ``lambda ids: tf.gather(table, ids)``), and the
+        ``weights`` the steps read. Make it outside the decoding loop."""
+        return self.decoder.target_input_projection(token_rows, weights)
 
-    def softmax_columns(self, output_ids) -> DenseColumns:
-        """The softmax weights of the output ids ``output_ids`` (int32 [n], distinct), read once (under the
-        current weight transform) for every :meth:`step` that computes only those logits."""
-        return self.decoder.softmax_columns(output_ids)
+    def softmax_columns(self, output_ids, weights: WeightReader = FLOAT_READER) -> DenseColumns:
+        """The softmax weights of the output ids ``output_ids`` (int32 [n], distinct), read once through
+        ``weights`` for every :meth:`step` that computes only those logits."""
+        return self.decoder.softmax_columns(output_ids, weights)
 
-    def embed_source(self, source_ids) -> tf.Tensor:
-        """Source embeddings of ids [batch, ...], read through the model's weight transform."""
-        return self.weight_reader.lookup(self.source_embedding, source_ids)
+    def embed_source(self, source_ids, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
+        """Source embeddings of ids [batch, ...], read through ``weights``."""
+        return weights.lookup(self.source_embedding, source_ids)
 
-    def embed_target(self, target_ids) -> tf.Tensor:
-        """Target embeddings of ids [batch, ...], read through the model's weight transform."""
-        return self.weight_reader.lookup(self.target_embedding, target_ids)
+    def embed_target(self, target_ids, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
+        """Target embeddings of ids [batch, ...], read through ``weights``."""
+        return weights.lookup(self.target_embedding, target_ids)
 
     # ------------------------------------------------------------------ weights (section 6)
-    def transformed_weights(self, transform: Optional[WeightTransform]) -> "contextlib.AbstractContextManager":
-        """Compute with ``transform``'s weights inside the ``with`` block (and in graphs traced there).
-
-        ``transform`` is, e.g., :class:`gnmt_tf.quantization.Int8Weights` (section 6's int8
-        inference), :class:`gnmt_tf.quantization.QuantizationAwareTraining` or
-        :class:`gnmt_tf.quantization.FakeQuantizedWeights`; None means the float weights.
-        A graph keeps the transform it was traced with: Keras caches the functions of
-        ``fit``/``evaluate``/``predict``, so make them inside the scope
-        (``model.make_test_function(force=True)``) when they were first made outside it.
-        """
-        return self.weight_reader.using(transform)
-
     def product_kernels(self) -> List[tf.Variable]:
         """The kernels of the model's matrix products, in ``self.weights`` order: every LSTM cell's
-        ``kernel`` and ``recurrent_kernel`` and the softmax kernel (not attention, embeddings, biases)."""
+        ``kernel`` and ``recurrent_kernel`` and the softmax kernel (not attention, embeddings, biases).
+        What a search reads once (:meth:`gnmt_tf.layers.weights.WeightReader.reading_once`)."""
         wanted = [getattr(self.decoder.softmax_projection, "kernel", None)]  # None before build
         for module in self.submodules:
             if hasattr(module, "recurrent_kernel") and hasattr(module, "kernel"):
                 wanted += [module.kernel, module.recurrent_kernel]
         refs = {v.ref() for v in wanted if v is not None}
         return [w for w in self.weights if w.ref() in refs]
-
-    def kernels_read_once(self, rows: Union[int, tf.Tensor, None] = None) -> "contextlib.AbstractContextManager":
-        """Inside the ``with`` block, products read each product kernel once, on entering: for a
-        traced search, before its loop, laid out for ``rows`` decoder rows (None: as stored)
-        (:meth:`gnmt_tf.layers.weights.WeightReader.kernels_read_once`). Enter it inside
-        :meth:`transformed_weights`."""
-        return self.weight_reader.kernels_read_once(self.product_kernels(), rows)
 
     # ------------------------------------------------------------------ delta (eq. 10)
     def set_clip_delta(self, value: float) -> None:

@@ -5,7 +5,11 @@
 
 An objective supplies one method::
 
-    loss(model, batch, training) -> (loss, logs)
+    loss(model, batch, training, weights) -> (loss, logs)
+
+``weights`` is the :class:`~gnmt_tf.layers.weights.WeightReader` the model computes with: the
+training step passes the one of the ``weight_transform`` the model was compiled with (e.g.
+quantization-aware training); an objective passes it on to every model method it calls.
 
 ``loss`` is a scalar: the objective on this replica's share of the :class:`Batch`, a mean
 (per sentence or per token), not yet divided among replicas. ``GNMT.train_step`` does
@@ -27,6 +31,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 from gnmt_tf.models.losses import SequenceCrossEntropy, mean_token_loss
 
 REFERENCE_NLL = "reference_nll"
@@ -70,8 +75,9 @@ class MaximumLikelihood:
         loss._allow_sum_over_batch_size = True
         self.loss_function = loss
 
-    def loss(self, model, batch: Batch, training=None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
-        logits = model(batch.inputs, training=training)
+    def loss(self, model, batch: Batch, training=None,
+             weights: WeightReader = FLOAT_READER) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+        logits, _ = model.forward(*batch.inputs, weights=weights, training=training)
         loss = self.loss_function(batch.target_output_ids, logits, sample_weight=batch.sample_weight)
         if not getattr(self.loss_function, "label_smoothing", 0.0):
             return loss, {REFERENCE_NLL: loss}

@@ -47,11 +47,14 @@ placement. ``GNMT.encode`` / ``GNMT.step`` (beam search, sampling) and every
 export path keep the single-device graph.
 
 The per-layer math is the cells', the stacks' and the decoder's own public methods
-(``project_inputs``, ``recur``, ``ResidualLSTMStack.layer_input`` / ``layer_output``,
-``GNMTDecoder.feed_bottom_step`` / ``logits``), each layer's step made padding-proof
-by the one masked time step (:func:`gnmt_tf.layers.recurrence.masked_step`), so
-outputs equal the single-device model's up to float rounding. Dropout masks are drawn per step rather than per sequence
-inside a wavefront: the same distribution, not the same draws.
+(``project_inputs``, ``recur``, ``ResidualLSTMStack.layer_input`` / ``layer_output``; the
+decoder's ``bottom_inputs``, ``bottom_step`` / ``bottom_layer``, ``top_output``, ``logits`` and,
+for a slice of the vocabulary, ``softmax_columns`` / ``column_logits``), each layer's step made
+padding-proof by the one masked time step (:func:`gnmt_tf.layers.recurrence.masked_step`), so
+outputs equal the single-device model's up to float rounding. Every kernel and embedding table
+is read through the :class:`~gnmt_tf.layers.weights.WeightReader` ``forward`` is given. Dropout
+masks are drawn per step rather than per sequence inside a wavefront: the same distribution, not
+the same draws.
 """
 
 from __future__ import annotations
@@ -62,10 +65,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from gnmt_tf.layers.attention import AttentionMemory
-from gnmt_tf.layers.clipping import clip_logits
 from gnmt_tf.config import ConfigError, ModelConfig, ParallelConfig
-from gnmt_tf.layers.recurrence import masked_step, run_lstm
+from gnmt_tf.layers.recurrence import masked_step
 from gnmt_tf.layers.stack import ResidualLSTMStack
+from gnmt_tf.layers.weights import WeightReader
 from gnmt_tf.vocab import PAD_ID
 
 
@@ -237,9 +240,11 @@ class _LSTMStage:
     ``(x^i_t, [context_t])`` up.
     """
 
-    def __init__(self, stack: ResidualLSTMStack, k: int, device: str, name: str, training, hoisted: bool):
+    def __init__(self, stack: ResidualLSTMStack, k: int, device: str, name: str, weights: WeightReader,
+                 training, hoisted: bool):
         self.stack, self.k, self.device, self.name = stack, k, device, name
         self.cell = stack.cells[k]
+        self.weights = weights
         self.training = training
         self.hoisted = hoisted
         self.units = self.cell.units
@@ -254,6 +259,7 @@ class _LSTMStage:
 
     def step(self, below, mask_t, state):
         stack, k, cell, hoisted, training = self.stack, self.k, self.cell, self.hoisted, self.training
+        weights = self.weights
 
         def layer_step(*args):
             if hoisted:
@@ -263,8 +269,9 @@ class _LSTMStage:
             context = rest[0] if len(rest) == 3 else None
             c, m = rest[-2:]
             if not hoisted:
-                projected = cell.project_inputs(stack.layer_input(k, x_below, context, training))
-            output, (new_c, new_m) = masked_step(cell.recur, projected, (c, m), mask_t)
+                projected = cell.project_inputs(stack.layer_input(k, x_below, context, training), weights)
+            recur = lambda p, state: cell.recur(p, state, weights)  # noqa: E731
+            output, (new_c, new_m) = masked_step(recur, projected, (c, m), mask_t)
             return stack.layer_output(k, output, x_below), new_c, new_m
 
         x, c, m = placed(self.device, layer_step)(*below, *state)
@@ -275,15 +282,16 @@ class _LSTMStage:
 class _BottomDecoderStage:
     """Decoder layer 1 and the attention of its step (fig. 1: attention runs with the bottom layer).
 
-    Reads ``projected_t`` (the input product of the whole target computed up
-    front) or, with input feeding, the embedded ``x_t`` and its own last context.
+    Reads time step t of the decoder's ``bottom_inputs`` (with input feeding the embedded
+    ``x_t``, which the step concatenates with its own last context; without, the input
+    product of the whole target computed up front) and runs the decoder's ``bottom_step``.
     Passes ``(m^1_t, context_t)`` up and records the attention probabilities.
     """
 
-    def __init__(self, decoder, memory: AttentionMemory, device: str, name: str):
+    def __init__(self, decoder, memory: AttentionMemory, device: str, name: str, weights: WeightReader):
         self.decoder, self.device, self.name = decoder, device, name
         self.memory = memory
-        self.input_feeding = decoder.config.input_feeding
+        self.weights = weights
         self.units = decoder.bottom_cell.units
         self.record_shapes = (tf.TensorShape([None, None]),)  # attention probs [batch, source]
 
@@ -291,27 +299,15 @@ class _BottomDecoderStage:
         return tf.zeros([batch, self.units], dtype), tf.zeros([batch, self.decoder.encoder_width], dtype)
 
     def initial_state(self, batch, dtype):
-        state = tuple(self.decoder.bottom_cell.get_initial_state(batch_size=batch, dtype=dtype))
-        if self.input_feeding:
-            state += (tf.zeros([batch, self.decoder.encoder_width], dtype=dtype),)
-        return state
+        return self.decoder.bottom_initial_state(batch, dtype)
 
     def step(self, below, mask_t, state):
-        decoder, input_feeding, source_mask = self.decoder, self.input_feeding, self.memory.mask
-        cell = decoder.bottom_cell
+        decoder, weights, source_mask = self.decoder, self.weights, self.memory.mask
 
-        def bottom_step(inputs_t, keys, values, c, m, *previous):
+        def bottom_step(inputs_t, keys, values, *layer_state):
             memory = AttentionMemory(keys, values, source_mask)
-            if input_feeding:  # the decoder's own step: context and probs are 0 at a masked step
-                (output, context, probs), (new_c, new_m, kept_context) = masked_step(
-                    lambda x_t, state: decoder.feed_bottom_step(x_t, state, memory), inputs_t,
-                    (c, m, previous[0]), mask_t,
-                )
-                return output, context, probs, new_c, new_m, kept_context
-            # As the decoder without input feeding: attention reads the (masked) bottom outputs.
-            output, (new_c, new_m) = masked_step(cell.recur, inputs_t, (c, m), mask_t)
-            context, probs = decoder.attention.attend_step(output, memory)
-            return output, context, probs, new_c, new_m
+            outputs, new_state = decoder.bottom_step(inputs_t, layer_state, mask_t, memory, weights)
+            return tuple(outputs) + tuple(new_state)  # (m^1_t, context_t, probs_t), then the new state
 
         results = placed(self.device, bottom_step)(below[0], self.memory.keys, self.memory.values, *state)
         output, context, probs = results[:3]
@@ -395,11 +391,12 @@ def run_stack_wavefront(
     inputs: tf.Tensor,
     mask: tf.Tensor,
     devices: Sequence[str],
+    weights: WeightReader,
     context: Optional[tf.Tensor] = None,
     training=None,
     name: str = "layer",
 ) -> tf.Tensor:
-    """``stack(inputs, mask, context)`` as a wavefront, layer k on ``devices[k]``: the top output x^N.
+    """``stack(inputs, mask, context, weights)`` as a wavefront, layer k on ``devices[k]``: the top x^N.
 
     Stage names (for name scopes) are ``f"{name}_{stack.layer_number(k)}"``.
     """
@@ -411,12 +408,13 @@ def run_stack_wavefront(
     extra = (context,) if context is not None else ()
 
     def project(x, *ctx):  # layer input, dropout and input product of the whole sequence, as run_lstm
-        return first.project_inputs(stack.layer_input(0, x, ctx[0] if ctx else None, training))
+        return first.project_inputs(stack.layer_input(0, x, ctx[0] if ctx else None, training), weights)
 
     with tf.name_scope(f"{name}_{stack.layer_number(0)}"):
         projected = placed(devices[0], project)(inputs, *extra)
     stages = [
-        _LSTMStage(stack, k, devices[k], f"{name}_{stack.layer_number(k)}", training, hoisted=(k == 0))
+        _LSTMStage(stack, k, devices[k], f"{name}_{stack.layer_number(k)}", weights, training,
+                   hoisted=(k == 0))
         for k in range(stack.num_layers)
     ]
     top, _ = wavefront(stages, (projected, inputs) + extra, mask)
@@ -432,19 +430,22 @@ def _batch_slices(batch: tf.Tensor, parts: int) -> tf.Tensor:
     return tf.stack([bounds[i + 1] - bounds[i] for i in range(parts)])
 
 
-def encode(model, placement: Placement, source_ids: tf.Tensor, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+def encode(model, placement: Placement, source_ids: tf.Tensor, weights: WeightReader,
+           training=None) -> Tuple[tf.Tensor, tf.Tensor]:
     """Source ids -> (top encoder outputs [B, S, width], source mask): layer 1, then a wavefront."""
     encoder, devices = model.encoder, placement.encoder
     mask = tf.not_equal(source_ids, PAD_ID)
     with tf.device(devices[0]), tf.name_scope("encoder_layer_1"):
-        embedded = model.embed_source(source_ids)
+        embedded = model.embed_source(source_ids, weights)
         # Bi-directional (fig. 3): it needs the whole source, so it cannot join the wavefront.
-        bottom = placed(devices[0], lambda x: encoder.bottom_layer(x, mask, training=training))(embedded)
-    top = run_stack_wavefront(encoder.upper, bottom, mask, devices[1:], training=training, name="encoder_layer")
+        bottom_layer = lambda x: encoder.bottom_layer(x, mask, weights, training=training)  # noqa: E731
+        bottom = placed(devices[0], bottom_layer)(embedded)
+    top = run_stack_wavefront(encoder.upper, bottom, mask, devices[1:], weights, training=training,
+                              name="encoder_layer")
     return top, mask
 
 
-def _model_parallel_decoder(model, placement, embedded, mask, outputs, source_mask, training):
+def _model_parallel_decoder(model, placement, embedded, mask, outputs, source_mask, weights, training):
     """Section 3.3: decoder layers 1..N in one wavefront, attention with the bottom layer."""
     decoder, devices = model.decoder, placement.decoder
     device = devices[0]
@@ -452,28 +453,25 @@ def _model_parallel_decoder(model, placement, embedded, mask, outputs, source_ma
         keys = placed(device, decoder.attention.project_keys)(outputs)
         with tf.device(device):
             values = tf.identity(outputs)
-        if decoder.config.input_feeding:
-            first = placed(device, lambda e: decoder.input_dropout(e, training=training))(embedded)
-        else:
-            first = placed(
-                device, lambda e: decoder.bottom_cell.project_inputs(decoder.input_dropout(e, training=training))
-            )(embedded)
-    stages = [_BottomDecoderStage(decoder, AttentionMemory(keys, values, source_mask), device, "decoder_layer_1")]
+        first = placed(device, lambda e: decoder.bottom_inputs(e, weights, training))(embedded)
+    memory = AttentionMemory(keys, values, source_mask)
+    stages = [_BottomDecoderStage(decoder, memory, device, "decoder_layer_1", weights)]
     stages += [
-        _LSTMStage(decoder.upper, k, devices[k + 1], f"decoder_layer_{k + 2}", training, hoisted=False)
+        _LSTMStage(decoder.upper, k, devices[k + 1], f"decoder_layer_{k + 2}", weights, training,
+                   hoisted=False)
         for k in range(decoder.upper.num_layers)
     ]
     top, records = wavefront(stages, (first,), mask)
     return _swap_batch_time(top), _swap_batch_time(records[0][0])
 
 
-def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, training):
+def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, weights, training):
     """Ono et al. (2019): bottom layer, attention data-parallel, upper layers as a wavefront."""
     decoder, devices = model.decoder, placement.devices
     with tf.name_scope("decoder_layer_1"):
         bottom = placed(
             placement.decoder[0],
-            lambda e: run_lstm(decoder.bottom_cell, decoder.input_dropout(e, training=training), mask)[0],
+            lambda e: decoder.bottom_layer(decoder.bottom_inputs(e, weights, training), mask, weights),
         )(embedded)
     # The gathered bottom outputs and encoder outputs, split along the batch: each device attends for its slice.
     sizes = _batch_slices(tf.shape(bottom)[0], len(devices))
@@ -496,58 +494,64 @@ def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, trai
     with tf.device(placement.decoder[min(1, len(placement.decoder) - 1)]):
         contexts = tf.concat(contexts, axis=0)
     top = run_stack_wavefront(
-        decoder.upper, bottom, mask, placement.decoder[1:], context=contexts, training=training, name="decoder_layer"
+        decoder.upper, bottom, mask, placement.decoder[1:], weights, context=contexts, training=training,
+        name="decoder_layer",
     )
     return top, tf.concat(probs, axis=0)
 
 
-def _vocabulary_sharded_logits(decoder, placement: Placement, top: tf.Tensor) -> List[tf.Tensor]:
+def _vocabulary_sharded_logits(decoder, placement: Placement, top: tf.Tensor,
+                               weights: WeightReader) -> List[tf.Tensor]:
     """Section 3.3: 'the softmax layer is also partitioned', slice s of the vocabulary on device s mod n."""
-    projection = decoder.softmax_projection
     devices = placement.softmax_shard_devices()
     if len(devices) == 1:
-        with tf.name_scope("softmax_shard_0"):
-            return [placed(devices[0], lambda x: decoder.logits(x, training=False))(top)]  # dropout came before
+        with tf.name_scope("softmax_shard_0"):  # training=False: the dropout came before
+            return [placed(devices[0], lambda x: decoder.logits(x, weights, training=False))(top)]
     vocab = decoder.config.vocab_size
+    kernel_device = decoder.softmax_projection.kernel.device
     parts = []
     for s, device in enumerate(devices):
-        low, high = vocab * s // len(devices), vocab * (s + 1) // len(devices)
-        # One kernel variable (the checkpoint is unchanged), sliced where it lives.
-        with tf.name_scope(f"softmax_kernel_slice_{s}"), tf.device(projection.kernel.device):
-            kernel, bias = projection.kernel[:, low:high], projection.bias[low:high]
+        ids = tf.range(vocab * s // len(devices), vocab * (s + 1) // len(devices))
+        # The shard's columns of the one kernel variable (the checkpoint is unchanged), read where it lives.
+        with tf.name_scope(f"softmax_kernel_slice_{s}"), tf.device(kernel_device):
+            columns = decoder.softmax_columns(ids, weights)
+        # The columns go in as arguments, so that their gradient reaches the kernel (see placed).
+        read = tf.nest.flatten((columns.kernel, columns.bias))
+
+        def shard_logits(x, *read, columns=columns):
+            kernel, bias = tf.nest.pack_sequence_as((columns.kernel, columns.bias), list(read))
+            return decoder.column_logits(x, columns._replace(kernel=kernel, bias=bias), weights)
+
         with tf.name_scope(f"softmax_shard_{s}"):
-            parts.append(
-                placed(device, lambda x, w, b: clip_logits(tf.tensordot(x, w, axes=1) + b, decoder.config.logit_clip))(
-                    top, kernel, bias
-                )
-            )
+            parts.append(placed(device, shard_logits)(top, *read))
     return parts
 
 
-def forward(model, source_ids, target_input_ids, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+def forward(model, source_ids, target_input_ids, weights: WeightReader,
+            training=None) -> Tuple[tf.Tensor, tf.Tensor]:
     """``GNMT.forward`` with ``model.placement``: (logits [B, T, V], attention probs [B, T, S])."""
     placement: Placement = model.placement
     decoder = model.decoder
     source_ids = tf.convert_to_tensor(source_ids)
     target_input_ids = tf.convert_to_tensor(target_input_ids)
-    outputs, source_mask = encode(model, placement, source_ids, training=training)
+    outputs, source_mask = encode(model, placement, source_ids, weights, training=training)
     mask = tf.not_equal(target_input_ids, PAD_ID)
     with tf.device(placement.decoder[0]), tf.name_scope("decoder_layer_1"):
-        embedded = model.embed_target(target_input_ids)
+        embedded = model.embed_target(target_input_ids, weights)
     run_decoder = _model_parallel_decoder if placement.mode == "model" else _hybrid_decoder
-    top, probs = run_decoder(model, placement, embedded, mask, outputs, source_mask, training)
+    top, probs = run_decoder(model, placement, embedded, mask, outputs, source_mask, weights, training)
     with tf.name_scope("decoder_output"):
-        top = placed(placement.decoder[-1], lambda x: decoder.output_dropout(x, training=training))(top)
+        top = placed(placement.decoder[-1], lambda x: decoder.top_output(x, training))(top)
     if placement.mode == "model":
-        logits = tf.concat(_vocabulary_sharded_logits(decoder, placement, top), axis=-1)
+        logits = tf.concat(_vocabulary_sharded_logits(decoder, placement, top, weights), axis=-1)
     else:
         # Data-parallel softmax: each device the full vocabulary for its slice of the batch.
         devices = placement.devices
         parts = tf.split(top, _batch_slices(tf.shape(top)[0], len(devices)), num=len(devices))
         logits = []
         for i, (device, part) in enumerate(zip(devices, parts)):
-            with tf.name_scope(f"softmax_slice_{i}"):
-                project = lambda x: decoder.logits(x, training=False)  # noqa: E731  (dropout came before)
+            with tf.name_scope(f"softmax_slice_{i}"):  # training=False: the dropout came before
+                project = lambda x: decoder.logits(x, weights, training=False)  # noqa: E731
                 logits.append(placed(device, project)(part))
         logits = tf.concat(logits, axis=0)
     return logits, probs

@@ -79,7 +79,7 @@ and why:
 
 Embedding tables have no product to speed up; :class:`gnmt_tf.quantization.weights.Int8Weights`
 stores them int8 per token for size only. A model computes with any of these through
-its weight transform (:meth:`gnmt_tf.models.GNMT.transformed_weights`).
+a weight reader of that transform (:class:`gnmt_tf.layers.weights.WeightReader`).
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ up to float32 rounding: TensorFlow's fake-quant op computes
 ``round(W / s * 127)``, so an element within ~1e-5 of a step of a rounding tie
 (about 1 in 100,000 for random weights) may land one code away, and the
 dequantized values differ by ~1e-5 of a step elsewhere. Both are eq. 12 to
-float32 precision; ``tests/test_qat.py`` checks this bound.
+float32 precision; ``tests/quantization/test_qat.py`` checks this bound.
 
 The GNMT is a subclassed Keras 2 model, which ``tfmot.quantization.keras.
 quantize_apply`` cannot wrap. Instead :class:`QuantizationAwareTraining` is a
-weight transform (:mod:`gnmt_tf.layers.weights`): inside
-``model.transformed_weights(qat)`` every product of an LSTM kernel (both products of
+weight transform (:mod:`gnmt_tf.layers.weights`): with a model compiled with it
+(``model.compile(..., weight_transform=qat)``) every product of an LSTM kernel (both products of
 each :class:`gnmt_tf.layers.cell.GNMTLSTMCell`: ``project_inputs`` reads ``kernel``,
 ``recur`` reads ``recurrent_kernel``) passes through
 :meth:`~QuantizationAwareTraining.fake_quantize`, which calls the config's
@@ -62,9 +62,11 @@ Two details:
   float32 rounding of that range puts a column's extreme element (the one that
   sets the scale) just outside it now and then, which would freeze it.
 
-The transform is read when a graph is traced: trace inside the scope (Keras
-``fit``/``evaluate``, a Translator's first call) to train with it; a function traced
-outside the scope computes with the float kernels.
+The transform is given where a computation is constructed: to ``compile`` for Keras'
+``fit``/``evaluate`` (their training and test steps), to a
+:class:`~gnmt_tf.inference.translator.Translator` for dev translations, or as a
+:class:`~gnmt_tf.layers.weights.WeightReader` to the model's methods; anything else computes
+with the float kernels.
 
 ``tensorflow_model_optimization`` is imported only inside functions: importing
 it switches ``tf.keras`` to Keras 2 for the whole process (this package uses
@@ -72,8 +74,10 @@ it switches ``tf.keras`` to Keras 2 for the whole process (this package uses
 
 Use::
 
-    with model.transformed_weights(QuantizationAwareTraining(model)):   # every LSTM kernel fake-quantized
-        model.fit(...)
+    qat = QuantizationAwareTraining(model)                   # every LSTM kernel fake-quantized
+    model.compile(optimizer=..., weight_transform=qat)
+    model.fit(...)
+    Translator(model, tokenizer, weight_transform=qat)       # dev translations with the same kernels
 
 The command line, ``python -m gnmt_tf.train --refine qat --init-from MODEL_DIR
 --model-dir OUT``, fine-tunes a trained model this way (see
@@ -148,13 +152,13 @@ def _quantize_config_class() -> type:
             """tfmot's hand-over for its ``QuantizeWrapper``, which cannot wrap a GNMT cell.
 
             The cells' products run inside time loops and read their kernels through the
-            model's weight transform, so :class:`QuantizationAwareTraining` quantizes at each
-            product instead, in whichever graph is being traced.
+            weight reader they are given, so :class:`QuantizationAwareTraining` quantizes at each
+            product instead, in every graph computed with it.
             """
             raise TypeError(
                 "a GNMTLSTMCell is not wrapped by tfmot's QuantizeWrapper; quantization-aware training "
-                "reads its kernels through the model's weight transform: "
-                "model.transformed_weights(QuantizationAwareTraining(model))"
+                "reads its kernels through a weight transform: "
+                "model.compile(..., weight_transform=QuantizationAwareTraining(model))"
             )
 
         def set_quantize_activations(self, layer, quantize_activations) -> None:
@@ -200,8 +204,8 @@ class QuantizerVariables(keras.layers.Layer):
 class QuantizationAwareTraining(WeightTransform):
     """The weight transform of QAT: every LSTM kernel fake-quantized (eq. 12) in every product.
 
-    Use it as ``with model.transformed_weights(QuantizationAwareTraining(model)):``.
-    Attributes:
+    Use it as ``model.compile(..., weight_transform=QuantizationAwareTraining(model))``, or in
+    a :class:`~gnmt_tf.layers.weights.WeightReader`. Attributes:
 
     * ``cells``: the :class:`GNMTLSTMCell` objects whose kernels it quantizes;
     * ``quantize_configs``: one :class:`GNMTLSTMCellQuantizeConfig` per cell;

@@ -1,11 +1,11 @@
 """A trained GNMT computing with int8 weights (section 6): weight transforms for the model's reader.
 
 Both classes here are :class:`gnmt_tf.layers.weights.WeightTransform`\\ s, used through the
-model's one mechanism for reading weights::
+model's one mechanism for reading weights, a :class:`gnmt_tf.layers.weights.WeightReader`::
 
-    int8 = Int8Weights(model)                  # eq. 12: int8 codes, one scale per output unit
-    with model.transformed_weights(int8):      # every product and lookup reads the int8 form
-        logits, probs, state = model.step(state, tokens)
+    int8 = WeightReader(Int8Weights(model))    # eq. 12: int8 codes, one scale per output unit
+    logits, probs, state = model.step(state, tokens, int8)   # every product and lookup reads the int8 form
+    translator = Translator(model, tokenizer, weight_transform=Int8Weights(model))
 
 :class:`Int8Weights` holds the model's weights in int8 form, as new variables:
 
@@ -15,7 +15,7 @@ model's one mechanism for reading weights::
   :func:`gnmt_tf.quantization.int8.int8_matmul` (activations quantized on the fly,
   int32 accumulation) with ``products="int8"``, or are dequantized and multiplied in
   float32 with ``products="float"`` (once per search, before its decoding loop:
-  :meth:`gnmt_tf.layers.weights.WeightReader.kernels_read_once`): the same storage, at float speed where int8
+  :meth:`gnmt_tf.layers.weights.WeightReader.reading_once`): the same storage, at float speed where int8
   arithmetic is slower (benchmarks/README.md). Section 6 quantizes exactly these:
   eq. 10-11 and the softmax weight ``W_s`` of eq. 13;
 * the two embedding tables: int8 with one scale per token (eq. 12 applied to
@@ -24,7 +24,7 @@ model's one mechanism for reading weights::
 * everything else (attention, biases, delta) stays float32, as the paper
   keeps the attention model and the softmax itself in float.
 
-Graphs traced inside the scope capture only the int8 variables for those weights,
+Graphs traced with such a reader capture only the int8 variables for those weights,
 so a SavedModel of such a graph stores int8.
 
 :class:`FakeQuantizedWeights` computes in float with the values the int8 kernels
@@ -131,7 +131,7 @@ class Int8Weights(WeightTransform, tf.Module):
             return tf.gather(table, ids)
         return gather_dequantized(*parts, ids)
 
-    def quantized_rows(self, table: tf.Tensor) -> "Int8Rows":
+    def stored_rows(self, table: tf.Tensor) -> "Int8Rows":
         """``table`` [rows, width] stored in int8 like the embeddings (one eq. 12 scale per row)."""
         return Int8Rows(table)
 

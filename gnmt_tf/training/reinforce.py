@@ -33,11 +33,13 @@ tokens (not the per-token mean of ML training), which is the scale alpha =
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from gnmt_tf.layers.attention import AttentionMemory
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 from gnmt_tf.config import RLConfig
 from gnmt_tf.decoding.sampling import RandomSampling
 from gnmt_tf.decoding.search import ban_special_tokens, decode, repeat_rows
@@ -56,16 +58,18 @@ def repeat_memory(memory: AttentionMemory, times: int) -> AttentionMemory:
 
 
 def sample_outputs(
-    model, source_ids, num_samples: int, max_length_ratio: float = 2.0, seed=None
+    model, source_ids, num_samples: int, max_length_ratio: float = 2.0, seed=None,
+    weights: WeightReader = FLOAT_READER,
 ) -> tf.Tensor:
-    """``num_samples`` outputs per source sentence, sampled from the model's softmax.
+    """``num_samples`` outputs per source sentence, sampled from the model's softmax (read with ``weights``).
 
     Returns int32 ids [batch * num_samples, T]; rows ``b * num_samples + k`` are the samples
     of sentence b. A sample ends with EOS when the model chose it, or stops without EOS at
     ``ceil(max_length_ratio * source length)`` tokens; PAD follows the end.
     """
-    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), training=False)
-    return decode(model.step, model.initial_state(memory), memory.mask, RandomSampling(num_samples, seed=seed),
+    memory = model.encode(tf.convert_to_tensor(source_ids, tf.int32), weights, training=False)
+    step = functools.partial(model.step, weights=weights)
+    return decode(step, model.initial_state(memory), memory.mask, RandomSampling(num_samples, seed=seed),
                   max_length_ratio)
 
 
@@ -77,7 +81,8 @@ def teacher_forcing_inputs(output_ids: tf.Tensor) -> tf.Tensor:
 
 
 def sequence_log_probs(
-    model, memory: AttentionMemory, output_ids, training=None, sampling_distribution: bool = False
+    model, memory: AttentionMemory, output_ids, training=None, sampling_distribution: bool = False,
+    weights: WeightReader = FLOAT_READER,
 ) -> tf.Tensor:
     """log P(Y | X) [N] of whole outputs [N, T] (PAD after the end), by teacher forcing.
 
@@ -87,9 +92,10 @@ def sequence_log_probs(
     output_ids = tf.convert_to_tensor(output_ids, tf.int32)
     inputs = teacher_forcing_inputs(output_ids)
     logits, _ = model.decoder(
-        model.embed_target(inputs),
+        model.embed_target(inputs, weights),
         mask=tf.not_equal(inputs, PAD_ID),
         memory=memory,
+        weights=weights,
         training=training,
     )
     if sampling_distribution:
@@ -116,7 +122,8 @@ class MixedObjective:
         self.config = config
         self.reward = reward
 
-    def loss(self, model, batch: Batch, training=True) -> Tuple[tf.Tensor, Dict]:
+    def loss(self, model, batch: Batch, training=True,
+             weights: WeightReader = FLOAT_READER) -> Tuple[tf.Tensor, Dict]:
         """The minimised loss, -O_mixed averaged over the batch's sentences, and what to log.
 
         Logs: the mean ``reward`` of the samples, ``ml_loss`` (-O_ML per sentence, eq. 7),
@@ -127,19 +134,20 @@ class MixedObjective:
         m = self.config.samples
         source_ids = tf.convert_to_tensor(batch.source_ids, tf.int32)
         target_output_ids = tf.convert_to_tensor(batch.target_output_ids, tf.int32)
-        samples = tf.stop_gradient(sample_outputs(model, source_ids, m, self.config.max_length_ratio))
+        samples = tf.stop_gradient(sample_outputs(model, source_ids, m, self.config.max_length_ratio,
+                                                  weights=weights))
         references = tf.repeat(target_output_ids, m, axis=0)
         rewards = tf.stop_gradient(tf.cast(self.reward(samples, references), tf.float32))
         per_sentence = tf.reshape(rewards, [-1, m])
         advantages = tf.reshape(per_sentence - tf.reduce_mean(per_sentence, axis=1, keepdims=True), [-1])
 
-        mask = tf.not_equal(source_ids, PAD_ID)
-        outputs = model.encoder(model.embed_source(source_ids), mask=mask, training=training)
-        memory = model.decoder.attention.memory(outputs, mask)
+        memory = model.encode(source_ids, weights, training=training)
         sample_log_probs = sequence_log_probs(
-            model, repeat_memory(memory, m), samples, training=training, sampling_distribution=True
+            model, repeat_memory(memory, m), samples, training=training, sampling_distribution=True,
+            weights=weights,
         )
-        reference_log_probs = sequence_log_probs(model, memory, target_output_ids, training=training)
+        reference_log_probs = sequence_log_probs(model, memory, target_output_ids, training=training,
+                                                 weights=weights)
 
         o_rl = tf.reduce_mean(advantages * sample_log_probs)  # eq. 8 per sentence, its gradient's estimate
         o_ml = tf.reduce_mean(reference_log_probs)  # eq. 7 per sentence
@@ -155,9 +163,9 @@ class MixedObjective:
 
 
 def expected_reward(model, source_ids, reference_ids, reward: RewardFunction, num_samples: int,
-                    max_length_ratio: float = 2.0) -> tf.Tensor:
+                    max_length_ratio: float = 2.0, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
     """Monte-Carlo estimate of E_{Y~P(.|X)} r(Y, Y*) per sentence [batch] (the quantity eq. 8 sums)."""
-    samples = sample_outputs(model, source_ids, num_samples, max_length_ratio)
+    samples = sample_outputs(model, source_ids, num_samples, max_length_ratio, weights=weights)
     references = tf.repeat(tf.convert_to_tensor(reference_ids, tf.int32), num_samples, axis=0)
     return tf.reduce_mean(tf.reshape(reward(samples, references), [-1, num_samples]), axis=1)
 

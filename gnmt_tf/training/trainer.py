@@ -16,7 +16,6 @@ A restarted cluster resumes from the chief's last checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
@@ -53,6 +52,7 @@ from gnmt_tf.training.averaging import WeightAverage
 from gnmt_tf.training.schedules import BudgetDecay, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
+from gnmt_tf.layers.weights import WeightReader
 
 Pair = Tuple[str, str]
 
@@ -147,13 +147,12 @@ class Trainer:
 
         with self.strategy.scope():
             self._build_model()
-        # Quantization-aware training (section 6): every graph the run traces (training steps,
-        # dev loss, dev translations) computes with fake-quantized LSTM kernels; see train().
-        self.weight_transforms = []
-        if config.training.quantization_aware:
-            from gnmt_tf.quantization.qat import QuantizationAwareTraining
-
-            self.weight_transforms.append((self.model, QuantizationAwareTraining(self.model)))
+        # Quantization-aware training (section 6): the training steps, the dev loss and the dev
+        # translations compute with fake-quantized LSTM kernels (None: float). Made outside the
+        # strategy's scope: its quantizers' range variables are not the model's.
+        weight_transform = self._quantization_aware(self.model)
+        with self.strategy.scope():
+            self._compile(weight_transform)
         self._build_checkpoints()
         if self.is_chief:
             self._build_dev_evaluation()
@@ -161,7 +160,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ construction
     def _build_model(self) -> None:
-        """The model, its optimizer (with the final decay's factor), the weight average, and the compile."""
+        """The model, its optimizer (with the final decay's factor) and the weight average."""
         t = self.config.training
         self.rate_scale = None
         if t.final_decay_fraction is not None:
@@ -173,8 +172,13 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.weight_average = (WeightAverage(self.model.trainable_variables, t.average_decay)
                                if t.average_decay is not None else None)
+
+    def _compile(self, weight_transform) -> None:
+        """The model compiled with the run's loss, objective, weight average and weight transform."""
+        t = self.config.training
         self.model.compile(optimizer=self.optimizer, loss=SequenceCrossEntropy(t.label_smoothing),
-                           objective=self._objective(), weight_average=self.weight_average)
+                           objective=self._objective(), weight_average=self.weight_average,
+                           weight_transform=weight_transform)
         if self.distributed:
             # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
             # default "sum" would add them up over the replicas.
@@ -208,14 +212,12 @@ class Trainer:
         """The chief's dev evaluation: the weights evaluated (a one-device copy when they are the average
         or the run is distributed), best/ and averaged/, the dev summaries and the dev translator."""
         self.dev_model = self.model
+        self.dev_weights = self.model.compiled_weights  # what the dev loss and translations read
         if self.distributed or self.weight_average is not None:
             # model.evaluate would need every worker (collectives, or the parameter-server
             # coordinator); and the average is not the training weights.
             self.dev_model = model_files.build_model(self.config)
-            if self.config.training.quantization_aware:
-                from gnmt_tf.quantization.qat import QuantizationAwareTraining
-
-                self.weight_transforms.append((self.dev_model, QuantizationAwareTraining(self.dev_model)))
+            self.dev_weights = WeightReader(self._quantization_aware(self.dev_model))
         shipped = tf.train.Checkpoint(model=self.dev_model)
         self.best_manager = tf.train.CheckpointManager(shipped, model_files.best_dir(self.model_dir), max_to_keep=1)
         self.averaged_manager = None
@@ -223,7 +225,16 @@ class Trainer:
             self.averaged_manager = tf.train.CheckpointManager(
                 shipped, model_files.averaged_dir(self.model_dir), max_to_keep=1)
         self.dev_writer = tf.summary.create_file_writer(model_files.dev_log_dir(self.model_dir))
-        self.translator = Translator(self.dev_model, self.tokenizer, self.config.decoding)
+        self.translator = Translator(self.dev_model, self.tokenizer, self.config.decoding,
+                                     weight_transform=self.dev_weights.transform)
+
+    def _quantization_aware(self, model):
+        """The transform of quantization-aware training of ``model`` if the config asks for it, else None."""
+        if not self.config.training.quantization_aware:
+            return None
+        from gnmt_tf.quantization.qat import QuantizationAwareTraining
+
+        return QuantizationAwareTraining(model)
 
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
@@ -313,10 +324,11 @@ class Trainer:
         ``fit``, Keras would run ``evaluate`` through the strategy even for a model built outside it.
         """
         if self._dev_loss is None:
-            objective, model = MaximumLikelihood(SequenceCrossEntropy()), self.dev_model  # as GNMT.test_step
+            objective = MaximumLikelihood(SequenceCrossEntropy())  # as GNMT.test_step
+            model, weights = self.dev_model, self.dev_weights
             self._dev_loss = tf.function(  # autograph off: as GNMT.test_step
-                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False)[0], reduce_retracing=True,
-                autograph=False,
+                lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False, weights=weights)[0],
+                reduce_retracing=True, autograph=False,
             )
         total = pairs = 0.0
         for x, y in dev_data:
@@ -328,10 +340,7 @@ class Trainer:
     # ------------------------------------------------------------------ the run
     def train(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None) -> TrainResult:
         """Train until ``max_steps`` (default: the config's), the time limit, or a signal."""
-        with contextlib.ExitStack() as scopes:
-            for model, transform in self.weight_transforms:
-                scopes.enter_context(model.transformed_weights(transform))
-            return self._train(max_steps, max_minutes)
+        return self._train(max_steps, max_minutes)
 
     def _callbacks(self, max_steps: int, max_minutes: Optional[float]) -> List[keras.callbacks.Callback]:
         """The run's callbacks (self.control first), each given what it acts on."""

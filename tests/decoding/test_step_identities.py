@@ -19,6 +19,7 @@ from gnmt_tf import model_files
 from gnmt_tf.decoding import BeamSearch, GreedySearch, decode
 from gnmt_tf.decoding.rows import map_rows
 from gnmt_tf.inference.translator import Translator
+from gnmt_tf.layers.weights import WeightReader
 from gnmt_tf.quantization import Int8Weights
 from helpers import random_ids, tiny_model_config
 
@@ -120,16 +121,16 @@ def test_precomputed_input_projection_under_int8_weights(products):
     int8 = Int8Weights(model, products=products)
     source = sources(np.random.default_rng(4), model.model_config.vocab_size)
     tokens = tf.constant([4, 9, 17, 30, 5])
-    with model.transformed_weights(int8):
-        memory = model.encode(source, training=False)
-        state = model.initial_state(memory)
-        state = state._replace(context=tf.random.uniform(state.context.shape, -1, 1, seed=5))
-        rows = int8.quantized_rows(model.target_input_table())
-        assert rows.codes.dtype == tf.int8
-        want = model.step(state, tokens)[0].numpy()
-        got = functools.partial(model.step, target_inputs=model.target_input_projection(rows))(state, tokens)[0].numpy()
-    with model.transformed_weights(None):
-        float_logits = model.step(model.initial_state(memory)._replace(context=state.context), tokens)[0].numpy()
+    weights = WeightReader(int8)
+    memory = model.encode(source, weights, training=False)
+    state = model.initial_state(memory)
+    state = state._replace(context=tf.random.uniform(state.context.shape, -1, 1, seed=5))
+    rows = int8.stored_rows(model.target_input_table(weights))
+    assert rows.codes.dtype == tf.int8
+    want = model.step(state, tokens, weights)[0].numpy()
+    target_inputs = model.target_input_projection(rows, weights)
+    got = model.step(state, tokens, weights, target_inputs=target_inputs)[0].numpy()
+    float_logits = model.step(model.initial_state(memory)._replace(context=state.context), tokens)[0].numpy()
     int8_error = np.abs(want - float_logits).max()  # what int8 itself changes
     assert 0 < np.abs(got - want).max() <= max(2 * int8_error, 1e-3)
 

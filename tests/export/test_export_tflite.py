@@ -19,6 +19,7 @@ from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.layers.recurrence import run_lstm
+from gnmt_tf.layers.weights import FLOAT_READER
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import EOS_ID
 
@@ -118,18 +119,18 @@ def test_tflite_loops_compute_exactly_what_keras_rnn_computes():
     def run(loop):
         @tf.function
         def traced(inputs, mask):
-            outputs, (c, m) = run_lstm(cell, inputs, mask, loop=loop)
+            outputs, (c, m) = run_lstm(cell, inputs, mask, FLOAT_READER, loop=loop)
             return outputs, c, m
         return traced(inputs, mask)
 
     @tf.function
     def keras_rnn(inputs, mask):
         def step(x_t, states):
-            output, state = cell.recur(x_t, tuple(states))
+            output, state = cell.recur(x_t, tuple(states), FLOAT_READER)
             return output, list(state)
         initial = cell.get_initial_state(batch_size=3, dtype=tf.float32)
-        _, outputs, (c, m) = keras.backend.rnn(step, cell.project_inputs(inputs), list(initial), mask=mask,
-                                               zero_output_for_mask=True)
+        _, outputs, (c, m) = keras.backend.rnn(step, cell.project_inputs(inputs, FLOAT_READER), list(initial),
+                                               mask=mask, zero_output_for_mask=True)
         return outputs, c, m
 
     training_path, export_path, reference = run(None), run(CONCATENATING_LOOP), keras_rnn(inputs, mask)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.layers.recurrence import masked_step, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack
+from gnmt_tf.layers.weights import FLOAT_READER
 from numpy_gnmt import cell_weights, lstm_step
 from numpy_gnmt import run_lstm as reference_lstm
 
@@ -68,7 +69,7 @@ def test_run_lstm_matches_stepping_and_ignores_padding():
     xs = rng.normal(size=(2, 7, 4)).astype(np.float32)
     lengths = [7, 4]
     mask = np.array([[t < n for t in range(7)] for n in lengths])
-    outputs, final = run_lstm(cell, tf.constant(xs), tf.constant(mask))
+    outputs, final = run_lstm(cell, tf.constant(xs), tf.constant(mask), FLOAT_READER)
     for b, n in enumerate(lengths):
         ref = reference_lstm(xs[b, :n], cell_weights(cell), "paper", 0.0, 1.0)
         np.testing.assert_allclose(outputs.numpy()[b, :n], ref, rtol=1e-5, atol=1e-5)
@@ -124,7 +125,7 @@ def test_residual_wiring_starts_at_the_third_layer():
         # Recompute the stack, capturing layer k's input and output.
         h = x
         for j, other in enumerate(stack.cells):
-            outputs, _ = run_lstm(other, h, mask)
+            outputs, _ = run_lstm(other, h, mask, FLOAT_READER)
             new_h = stack.layer_output(j, outputs, h)
             if j == k:
                 layer_in, layer_out = h, new_h
@@ -144,7 +145,7 @@ def test_step_equals_sequence():
     sequence = stack(tf.constant(xs), mask=tf.ones((2, 5), tf.bool)).numpy()
     states = stack.get_initial_state(2)
     for t in range(5):
-        out, states = stack.step(tf.constant(xs[:, t]), states)
+        out, states = stack.step(tf.constant(xs[:, t]), states, FLOAT_READER)
         np.testing.assert_allclose(out.numpy(), sequence[:, t], rtol=1e-5, atol=1e-5)
 
 

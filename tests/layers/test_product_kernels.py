@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from gnmt_tf.config import DecodingConfig
 from gnmt_tf.inference.translator import GraphTarget, TranslatorModule
-from gnmt_tf.layers.weights import PADDING_COLUMNS, ProductKernel, matmul
+from gnmt_tf.layers.weights import FLOAT_READER, PADDING_COLUMNS, ProductKernel, WeightReader, matmul
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.quantization.weights import Int8Weights
 from helpers import random_ids, tiny_model_config
@@ -81,9 +81,9 @@ def _loop_bodies(graph):
 def test_a_search_reads_its_kernels_before_the_decoding_loop(int8):
     model = _model()
     int8_weights = Int8Weights(model, products="float") if int8 else None
-    module = TranslatorModule(model, None, DecodingConfig(beam_width=4), int8_weights=int8_weights)
+    module = TranslatorModule(model, None, DecodingConfig(beam_width=4), weight_transform=int8_weights)
     once_graph = _search_graph(module, GraphTarget())
-    in_loop_graph = _search_graph(module, GraphTarget(kernels_read_once=False))
+    in_loop_graph = _search_graph(module, GraphTarget(read_kernels_once=False))
     read_once, read_in_loop = _loop_bodies(once_graph), _loop_bodies(in_loop_graph)
     count = lambda ops, kind: sum(op == kind for op, _ in ops)
     int8_casts = lambda ops: sum(op == "Cast" and attr["SrcT"].type == tf.int8.as_datatype_enum
@@ -101,12 +101,12 @@ def test_a_search_reads_its_kernels_before_the_decoding_loop(int8):
 
 
 @pytest.mark.parametrize("batch", [1, 4])  # 4 and 16 rows: below and at PADDED_PRODUCT_ROWS
-def test_a_search_with_kernels_read_once_finds_what_the_plain_search_finds(rng, batch):
+def test_a_search_reading_its_kernels_once_finds_what_the_plain_search_finds(rng, batch):
     model = _model(init_scale=0.3)  # large weights: peaked distributions, real choices
     module = TranslatorModule(model, None, DecodingConfig(beam_width=4))
     source = tf.constant(random_ids(rng, batch, 6, model.model_config.vocab_size))
     outputs = {}
-    for name, target in (("once", GraphTarget()), ("in_loop", GraphTarget(kernels_read_once=False))):
+    for name, target in (("once", GraphTarget()), ("in_loop", GraphTarget(read_kernels_once=False))):
         search = tf.function(lambda ids, target=target: module.beam_search(ids, 0.2, 0.2, 3.0, 4, 3, False,
                                                                            target=target), autograph=False)
         outputs[name] = search(source)
@@ -114,14 +114,40 @@ def test_a_search_with_kernels_read_once_finds_what_the_plain_search_finds(rng, 
     np.testing.assert_allclose(outputs["once"].scores.numpy(), outputs["in_loop"].scores.numpy(), rtol=1e-5)
 
 
-def test_kernels_read_once_refuses_a_transform_change_and_nesting():
+@pytest.mark.parametrize("products", ["float", "int8"])
+def test_reading_once_makes_a_snapshot_and_leaves_the_reader_unchanged(rng, products):
+    """The snapshot multiplies by the kernels as they were read (through the transform); the reader it
+    was made from still reads them at every product, through the same transform."""
     model = _model()
-    with model.kernels_read_once():
-        with pytest.raises(ValueError, match="before kernels_read_once"):
-            with model.transformed_weights(Int8Weights(model)):
-                pass
-        with pytest.raises(ValueError, match="already"):
-            with model.kernels_read_once():
-                pass
-    with model.kernels_read_once():  # left cleanly: usable again
-        pass
+    cell = model.decoder.bottom_cell
+    reader = WeightReader(Int8Weights(model, products=products))
+    snapshot = reader.reading_once(model.product_kernels(), rows=16)
+    assert snapshot is not reader and snapshot.transform is reader.transform
+    assert snapshot.reads_once and not reader.reads_once
+    x = tf.constant(rng.standard_normal((3, int(cell.recurrent_kernel.shape[0]))), tf.float32)
+    through_transform = reader.transform.product(x, cell.recurrent_kernel).numpy()
+    np.testing.assert_array_equal(reader.product(x, cell.recurrent_kernel).numpy(), through_transform)
+    if products == "float":  # dequantized once: a float product with the same values
+        np.testing.assert_allclose(snapshot.product(x, cell.recurrent_kernel).numpy(), through_transform,
+                                   rtol=1e-6, atol=1e-6)
+    else:  # int8 products are the transform's own, read once or not
+        np.testing.assert_array_equal(snapshot.product(x, cell.recurrent_kernel).numpy(), through_transform)
+
+    # Float weights: the snapshot keeps the values it read; the reader follows the variable.
+    before = FLOAT_READER.product(x, cell.recurrent_kernel).numpy()
+    float_snapshot = FLOAT_READER.reading_once([cell.recurrent_kernel])
+    cell.recurrent_kernel.assign(2.0 * cell.recurrent_kernel)
+    np.testing.assert_array_equal(float_snapshot.product(x, cell.recurrent_kernel).numpy(), before)
+    np.testing.assert_allclose(FLOAT_READER.product(x, cell.recurrent_kernel).numpy(), 2.0 * before,
+                               rtol=1e-6, atol=1e-6)
+    assert not FLOAT_READER.reads_once
+
+
+def test_a_snapshot_is_not_read_once_again_and_a_reader_cannot_be_changed():
+    model = _model()
+    snapshot = FLOAT_READER.reading_once(model.product_kernels())
+    with pytest.raises(ValueError, match="already holds kernels read once"):
+        snapshot.reading_once(model.product_kernels())
+    with pytest.raises(AttributeError, match="immutable"):
+        snapshot._read_once = {}
+    FLOAT_READER.reading_once(model.product_kernels())  # the original can make more snapshots

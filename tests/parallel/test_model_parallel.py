@@ -18,6 +18,8 @@ from gnmt_tf.config import ConfigError, ParallelConfig
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.parallel.model_parallel import resolve_placement, run_stack_wavefront
 from gnmt_tf.layers.stack import ResidualLSTMStack
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
+from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from helpers import ROOT, copy_task, tiny_model_config
 
 CPU0 = "/device:CPU:0"
@@ -41,7 +43,7 @@ def test_wavefront_equals_residual_stack_with_masks(rng):
     with tf.GradientTape(persistent=True) as tape:  # eagerly; the subprocess below checks the graph path
         tape.watch([inputs, context])
         expected = stack(inputs, mask=mask, context=context)
-        got = run_stack_wavefront(stack, inputs, mask, [CPU0] * 3, context=context)
+        got = run_stack_wavefront(stack, inputs, mask, [CPU0] * 3, FLOAT_READER, context=context)
         loss_expected = tf.reduce_sum(expected * weights)
         loss_got = tf.reduce_sum(got * weights)
     sources = [inputs, context] + stack.trainable_variables
@@ -63,6 +65,27 @@ def test_model_mode_with_input_feeding_and_uneven_softmax_shards_matches(rng):
     placed.set_weights(base.get_weights())
     logits, probs = base.forward(source, target_in)
     placed_logits, placed_probs = placed.forward(source, target_in)
+    np.testing.assert_allclose(placed_logits.numpy(), logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(placed_probs.numpy(), probs.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["model", "hybrid"])
+def test_placed_layers_and_sharded_softmax_read_their_weights_through_the_reader(rng, mode):
+    """Fake-quantized kernels (every LSTM cell and the softmax): the placed model computes with them what
+    one device computes with them, the vocabulary-sharded softmax included, and not the float numbers."""
+    config = tiny_model_config(input_feeding=False, init_scale=0.5)  # large weights: visible rounding
+    source, target_in, _ = copy_task(rng, 4, config.vocab_size, min_len=1, max_len=5)
+    base = GNMT(config)
+    base.build()
+    shards = 3 if mode == "model" else 1
+    placed = GNMT(config, parallel=ParallelConfig(mode=mode, devices=[CPU0, CPU0], softmax_shards=shards))
+    placed.build()
+    placed.set_weights(base.get_weights())
+    float_logits, _ = base.forward(source, target_in)
+    logits, probs = base.forward(source, target_in, weights=WeightReader(FakeQuantizedWeights(base)))
+    placed_weights = WeightReader(FakeQuantizedWeights(placed))
+    placed_logits, placed_probs = placed.forward(source, target_in, weights=placed_weights)
+    assert np.abs(logits.numpy() - float_logits.numpy()).max() > 1e-3  # the rounding shows
     np.testing.assert_allclose(placed_logits.numpy(), logits.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(placed_probs.numpy(), probs.numpy(), rtol=1e-5, atol=1e-6)
 

@@ -14,6 +14,7 @@ from gnmt_tf import model_files
 from gnmt_tf.quantization import qat
 from gnmt_tf.quantization import int8 as quantization
 from gnmt_tf.quantization.weights import FakeQuantizedWeights
+from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 from gnmt_tf.data import make_dataset, read_tsv
 from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.gnmt import GNMT
@@ -64,8 +65,9 @@ def _batch(rng, vocab_size=40):
     return (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
 
 
-def _loss(model, inputs, targets):
-    return SequenceCrossEntropy()(targets, model(inputs, training=True))
+def _loss(model, inputs, targets, weights=FLOAT_READER):
+    logits, _ = model.forward(*inputs, weights=weights, training=True)
+    return SequenceCrossEntropy()(targets, logits)
 
 
 # ------------------------------------------------------------------------------ eq. 12
@@ -122,7 +124,7 @@ def test_quantize_config_implements_tfmot_interface(rng):
 
     # tfmot's QuantizeWrapper hand-over does not apply: the cells read kernels through the model's transform.
     replacement = [tf.constant(rng.normal(size=w.shape).astype(np.float32)) for w, _ in pairs]
-    with pytest.raises(TypeError, match="transformed_weights"):
+    with pytest.raises(TypeError, match="weight_transform"):
         config.set_quantize_weights(cell, replacement)
     with pytest.raises(TypeError, match="GNMTLSTMCell"):
         config.get_weights_and_quantizers(model.decoder.softmax_projection)
@@ -146,23 +148,25 @@ def test_qat_model_computes_with_eq12_kernels_in_every_cell(rng):
 
     handle = qat.QuantizationAwareTraining(model)
     assert len(handle.cells) == 7  # tiny: 2 bi-directional + 2 encoder + 3 decoder cells
-    with model.transformed_weights(handle):
-        for cell, x, m, projected, expected_projection, expected_c in probes:
-            np.testing.assert_allclose(cell.project_inputs(x).numpy(), expected_projection, atol=1e-5)
-            _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m))
-            np.testing.assert_allclose(c.numpy(), expected_c, atol=1e-5)
-        logits = model(inputs).numpy()
-        traced = tf.function(lambda source, target: model((source, target)))(*inputs).numpy()
-        with pytest.raises(ValueError, match="already computes with QuantizationAwareTraining"):
-            with model.transformed_weights(qat.QuantizationAwareTraining(model)):
-                pass
+    weights = WeightReader(handle)
+    for cell, x, m, projected, expected_projection, expected_c in probes:
+        np.testing.assert_allclose(cell.project_inputs(x, weights).numpy(), expected_projection, atol=1e-5)
+        _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m), weights)
+        np.testing.assert_allclose(c.numpy(), expected_c, atol=1e-5)
+    logits = model.forward(*inputs, weights=weights)[0].numpy()
+    traced = tf.function(lambda source, target: model.forward(source, target, weights=weights)[0])(*inputs)
+    traced = traced.numpy()
+    model.compile(weight_transform=handle)  # Keras call: the reader the model was compiled with
+    called = model(inputs).numpy()
 
     rounding_effect = np.abs(expected - float_logits).max()
     assert rounding_effect > 1e-3  # the int8 rounding really changes the output ...
     # ... and the QAT model has all of it: every cell, both kernels (float32 noise aside).
-    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-3 * rounding_effect)
-    np.testing.assert_allclose(traced, expected, rtol=0, atol=1e-3 * rounding_effect)
-    np.testing.assert_array_equal(model(inputs).numpy(), float_logits)  # outside the scope: float again
+    for computed in (logits, traced, called):
+        np.testing.assert_allclose(computed, expected, rtol=0, atol=1e-3 * rounding_effect)
+    np.testing.assert_array_equal(model.forward(*inputs)[0].numpy(), float_logits)  # float by default
+    model.compile()
+    np.testing.assert_array_equal(model(inputs).numpy(), float_logits)  # compiled without it: float again
 
 
 def _recur_with_fake_quantized_kernel(cell, projected, m):
@@ -170,7 +174,7 @@ def _recur_with_fake_quantized_kernel(cell, projected, m):
     saved = cell.recurrent_kernel.numpy()
     cell.recurrent_kernel.assign(quantization.fake_quantize(saved))
     try:
-        _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m))
+        _, (c, _) = cell.recur(projected, (tf.zeros_like(m), m), FLOAT_READER)
         return c.numpy()
     finally:
         cell.recurrent_kernel.assign(saved)
@@ -185,10 +189,10 @@ def test_gradient_passes_straight_through_to_the_float_kernels(rng):
         reference_loss = _loss(reference, inputs, targets)
     expected = tape.gradient(reference_loss, reference.trainable_variables)
 
-    with model.transformed_weights(qat.QuantizationAwareTraining(model)):
-        with tf.GradientTape() as tape:
-            loss = _loss(model, inputs, targets)
-        gradients = tape.gradient(loss, model.trainable_variables)
+    weights = WeightReader(qat.QuantizationAwareTraining(model))
+    with tf.GradientTape() as tape:
+        loss = _loss(model, inputs, targets, weights)
+    gradients = tape.gradient(loss, model.trainable_variables)
 
     np.testing.assert_allclose(float(loss), float(reference_loss), rtol=1e-5)
     kernels = {kernel.ref() for kernel in _lstm_kernels(model)}
@@ -207,8 +211,7 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
     trainable = [w.name for w in model.trainable_weights]
     inputs, _ = _batch(rng)
     handle = qat.QuantizationAwareTraining(model)
-    with model.transformed_weights(handle):
-        model(inputs)  # the quantizers assign their ranges
+    model.forward(*inputs, weights=WeightReader(handle))  # the quantizers assign their ranges
     holder_variables = handle.quantizer_variables.weights
     assert len(holder_variables) == 2 * 2 * 7  # min and max, per kernel, 2 kernels x 7 cells
     assert not any(v.trainable for v in holder_variables)
@@ -338,9 +341,8 @@ def _float_and_int8_loss(model_dir, pairs):
                         shuffle_buffer=1, seed=0, training=False)
     model.compile(loss=SequenceCrossEntropy())
     float_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
-    with model.transformed_weights(FakeQuantizedWeights(model)):
-        model.make_test_function(force=True)  # Keras keeps the float one; trace it again in the scope
-        int8_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
+    model.compile(loss=SequenceCrossEntropy(), weight_transform=FakeQuantizedWeights(model))
+    int8_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
     return float_loss, int8_loss
 
 
