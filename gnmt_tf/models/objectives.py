@@ -69,17 +69,30 @@ class MaximumLikelihood:
                 f"GNMT's loss must be a keras.losses.Loss of (target_output_ids, logits), such as "
                 f"gnmt_tf.SequenceCrossEntropy(); got {loss!r}"
             )
-        # Keras refuses a loss that reduces by a mean (SUM_OVER_BATCH_SIZE) inside a distribution
-        # strategy unless a training loop divides it by the replica count, as GNMT.train_step
-        # does; this is the flag Keras' own compiled-loss container sets for fit.
-        loss._allow_sum_over_batch_size = True
         self.loss_function = loss
+        # Keras refuses a loss that reduces by a mean (SUM_OVER_BATCH_SIZE, or AUTO) inside a
+        # distribution strategy, unless a training loop divides it by the replica count, as
+        # GNMT.train_step does. Such a loss is computed here through a copy of it that does not
+        # reduce (public config, reduction NONE), and the same mean is taken of its values: the
+        # caller's loss is left as it is.
+        self._unreduced = None
+        if loss.reduction in (keras.losses.Reduction.AUTO, keras.losses.Reduction.SUM_OVER_BATCH_SIZE):
+            config = dict(loss.get_config(), reduction=keras.losses.Reduction.NONE)
+            self._unreduced = type(loss).from_config(config)
 
     def loss(self, model, batch: Batch, training=None,
              weights: WeightReader = FLOAT_READER) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
         logits, _ = model.forward(*batch.inputs, weights=weights, training=training)
-        loss = self.loss_function(batch.target_output_ids, logits, sample_weight=batch.sample_weight)
+        loss = self._reduced_loss(batch.target_output_ids, logits, batch.sample_weight)
         if not getattr(self.loss_function, "label_smoothing", 0.0):
             return loss, {REFERENCE_NLL: loss}
         # A smoothed loss is not the references' likelihood: perplexity is reported from the plain one.
         return loss, {REFERENCE_NLL: mean_token_loss(batch.target_output_ids, logits)}
+
+    def _reduced_loss(self, targets, logits, sample_weight) -> tf.Tensor:
+        """``loss_function(targets, logits, sample_weight)``, the mean taken here for a mean-reducing loss."""
+        if self._unreduced is None:
+            return self.loss_function(targets, logits, sample_weight=sample_weight)
+        values = self._unreduced(targets, logits, sample_weight=sample_weight)
+        # SUM_OVER_BATCH_SIZE as Keras computes it: the sum over the number of values.
+        return tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(tf.size(values), values.dtype))
