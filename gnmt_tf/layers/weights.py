@@ -30,10 +30,10 @@ a reader comes from:
 * training computes with the reader of the transform given to ``GNMT.compile``
   (``weight_transform``), which the compiled steps pass to the objective.
 
-Not read through a reader, because no transform replaces them (section 6 keeps "the
-attention model and the softmax itself" in float, and quantizes weights, not biases):
-the attention's kernels, bias and score vector (:mod:`gnmt_tf.layers.attention`), the
-biases of the LSTM cells and the softmax, and delta.
+Not read through a reader, because no transform replaces them: the attention's kernels, bias
+and score vector (:mod:`gnmt_tf.layers.attention`; section 6: "the calculations within the
+softmax function and the attention model are not quantized during inference"), the biases
+of the LSTM cells and the softmax (eq. 12 quantizes weight matrices), and delta.
 
 A search reads its kernels once (:meth:`WeightReader.reading_once`, called by the translator
 before its decoding loop): a new reader whose products with each float product kernel use the

@@ -168,7 +168,7 @@ class GNMT(keras.Model):
                 minimises when no ``objective`` is given. Default:
                 :class:`~gnmt_tf.models.losses.SequenceCrossEntropy` (eq. 7 per token).
             objective: what training minimises: an object with ``loss(model, batch,
-                training) -> (loss, logs)`` such as
+                training, weights) -> (loss, logs)`` such as
                 :class:`~gnmt_tf.training.reinforce.MixedObjective` (eq. 9). Default:
                 :class:`~gnmt_tf.models.objectives.MaximumLikelihood` of ``loss``.
             weight_transform: what the training and test steps (``fit``, ``evaluate``) and Keras

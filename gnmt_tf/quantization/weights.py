@@ -1,4 +1,4 @@
-"""A trained GNMT computing with int8 weights (section 6): weight transforms for the model's reader.
+"""A trained GNMT computing with int8 weights (section 6): weight transforms for a weight reader.
 
 Both classes here are :class:`gnmt_tf.layers.weights.WeightTransform`\\ s, used through the
 model's one mechanism for reading weights, a :class:`gnmt_tf.layers.weights.WeightReader`::
