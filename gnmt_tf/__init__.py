@@ -26,6 +26,7 @@ _PUBLIC = {
     "load_model_dir": "gnmt_tf.model_files",
     "beam_search": "gnmt_tf.decoding.beam",
     "Int8Weights": "gnmt_tf.quantization.weights",
+    "WeightReader": "gnmt_tf.layers.weights",
     "QuantizationAwareTraining": "gnmt_tf.quantization.qat",
 }
 
