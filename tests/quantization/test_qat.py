@@ -231,6 +231,29 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
         np.testing.assert_array_equal(saved, restored)
 
 
+def test_the_trainer_compiles_and_evaluates_with_qat(tmp_path, rng):
+    """training.quantization_aware: the compiled steps (and Keras call) and the dev translator read the
+    LSTM kernels fake-quantized, each through a transform given at construction."""
+    from test_training import tiny_number_setup
+    from gnmt_tf.training.trainer import Trainer
+
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=2, **{"training.quantization_aware": True, "model.init_scale": 0.5})
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    model = trainer.model
+    transform = model.compiled_weights.transform
+    assert isinstance(transform, qat.QuantizationAwareTraining) and transform.cells == qat.lstm_cells(model)
+    dev_transform = trainer.dev_weights.transform
+    assert isinstance(dev_transform, qat.QuantizationAwareTraining)
+    assert dev_transform.cells == qat.lstm_cells(trainer.dev_model)
+    assert trainer.translator.module.weights.transform is dev_transform
+    source, target_in, _ = copy_task(rng, 4, config.model.vocab_size)
+    called = model((source, target_in)).numpy()
+    expected = model.forward(source, target_in, weights=WeightReader(qat.QuantizationAwareTraining(model)))[0]
+    np.testing.assert_allclose(called, expected.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.abs(called - model.forward(source, target_in)[0].numpy()).max() > 1e-4  # not the float kernels
+
+
 def test_importing_qat_does_not_import_tfmot():
     code = "import sys, gnmt_tf.quantization.qat; print('tensorflow_model_optimization' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
