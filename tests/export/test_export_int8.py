@@ -104,7 +104,8 @@ def test_saved_model_stores_eq12_int8_weights(int8_exports):
     model_dir, paths = int8_exports
     model, _, _ = load_model_dir(model_dir)
     loaded = tf.saved_model.load(paths["saved_model"])
-    stored = {v.name: v.numpy() for v in list(loaded.model_variables) + list(loaded.weight_transform.variables_int8)}
+    variables = list(loaded.model_variables) + list(loaded.weight_transform.variables_int8)
+    stored = {v.name: v.numpy() for v in variables}
     kernels = [v for v in model.variables if v.name.endswith(("/kernel:0", "/recurrent_kernel:0"))]
     kernels = [v for v in kernels if "attention" not in v.name]
     assert len(kernels) == 2 * 7 + 1  # 4 encoder cells (bottom: 2 directions), 3 decoder cells, softmax

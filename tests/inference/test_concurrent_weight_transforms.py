@@ -28,7 +28,8 @@ def _translations(translator, sentences):
 
 def test_two_translators_of_one_model_with_different_transforms_decode_concurrently():
     pairs = number_word_pairs(200, seed=5, min_len=1)
-    tokenizer = WordpieceTokenizer.learn([s for pair in pairs for s in pair], vocab_size=64, max_characters=60)
+    sentences_of_both = [s for pair in pairs for s in pair]
+    tokenizer = WordpieceTokenizer.learn(sentences_of_both, vocab_size=64, max_characters=60)
     # Random weights (seeded per test), 12x the tiny config's: peaked distributions, so that the int8
     # rounding changes the scores.
     model = GNMT(tiny_model_config(vocab_size=tokenizer.vocab_size, init_scale=0.5))

@@ -22,7 +22,9 @@ def test_a_mean_reducing_loss_inside_a_strategy_is_the_callers_loss_left_unchang
     model = GNMT(config)
     model.build()
     source, target_in, target_out = copy_task(rng, 5, config.vocab_size)
-    sample_weight = tf.constant(rng.uniform(0.5, 2.0, size=target_out.shape), tf.float32) if weighted else None
+    sample_weight = None
+    if weighted:  # one weight per target token
+        sample_weight = tf.constant(rng.uniform(0.5, 2.0, size=target_out.shape), tf.float32)
     batch = Batch(tf.constant(source), tf.constant(target_in), tf.constant(target_out), sample_weight)
     given = make_loss()
     objective = MaximumLikelihood(given)

@@ -1,4 +1,4 @@
-"""Int8Weights: the model computes with eq. 12 weights through ``WeightReader(Int8Weights(model))``, and only there."""
+"""Int8Weights: the model computes with eq. 12 weights read through ``WeightReader(Int8Weights(model))``."""
 
 import numpy as np
 import pytest
@@ -72,7 +72,8 @@ def test_int8_logits_of_a_shortlist_are_the_full_int8_logits_at_its_ids(model, r
     int8 = WeightReader(Int8Weights(model, products=products))
     state = model.initial_state(model.encode(source, int8))
     full, _, _ = model.step(state, tokens, int8)
-    restricted, _, _ = model.step(state, tokens, int8, softmax_columns=model.softmax_columns(output_ids, int8))
+    columns = model.softmax_columns(output_ids, int8)
+    restricted, _, _ = model.step(state, tokens, int8, softmax_columns=columns)
     np.testing.assert_allclose(restricted.numpy()[:, output_ids], full.numpy()[:, output_ids], rtol=1e-6, atol=1e-6)
     assert np.all(np.delete(restricted.numpy(), output_ids, axis=1) == -np.inf)
 
