@@ -303,9 +303,8 @@ class Trainer:
         self.dev_writer.flush()
         self.last_evaluation, self.last_perplexity = evaluation, perplexity
         self._evaluated_step = step
-        tied = self.best_bleu is not None and evaluation.bleu.score == self.best_bleu
         improved = self.dev_record.add(evaluation.bleu.score)
-        if improved or tied:  # a tie goes to the later weights, trained longer (and at the final delta)
+        if improved:
             self.best_manager.save(checkpoint_number=step)
             model_files.write_best_bleu(self.model_dir, model_files.BestBleu(
                 evaluation.bleu.score, step, evaluation.bleu.signature))

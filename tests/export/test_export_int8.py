@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import INT8_BLEU_TOLERANCE
 from export.exporters import ExportError, ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes, export
 from gnmt_tf.metrics.bleu import corpus_bleu
 from gnmt_tf.model_files import load_model_dir
@@ -75,7 +76,7 @@ def test_saved_model_int8_translates_within_tolerance_of_float(name, int8_export
     _, paths = int8_exports
     sources, references, float_bleu = float_baseline
     int8_out = saved_model_translations(paths[name], sources)
-    assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
+    assert corpus_bleu(int8_out, references).score >= float_bleu - INT8_BLEU_TOLERANCE
 
 
 def test_int8_products_run_int8_matmuls_and_the_default_does_not(int8_exports):
@@ -94,7 +95,7 @@ def test_tflite_int8_translates_within_tolerance_of_float(int8_exports, float_ba
     sources, references, float_bleu = float_baseline
     translator = TFLiteTranslator(os.path.join(path, TFLiteExporter.MODEL_FILE))
     int8_out = [t for i in range(0, len(sources), 32) for t in translator.translate(sources[i : i + 32])[0]]
-    assert corpus_bleu(int8_out, references).score >= float_bleu - 0.5
+    assert corpus_bleu(int8_out, references).score >= float_bleu - INT8_BLEU_TOLERANCE
     ops = open(os.path.join(path, TFLiteExporter.OPS_FILE), encoding="utf-8").read().split()
     assert not any(op.startswith("Flex") for op in ops)
 
