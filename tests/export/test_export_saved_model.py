@@ -114,7 +114,7 @@ def test_next_version_and_existing_version(trained_number_model, tmp_path, monke
         return export(request, "marker")
 
     target = export_marker()
-    assert target == str(base / "4") and sorted(os.listdir(target)) == ["artifact.txt"]
+    assert target == str(base / "4") and sorted(os.listdir(target)) == ["artifact.txt", "export.json"]
     assert export_marker(version=2) == str(base / "2")  # a free number below the highest is taken as given
     # An existing version is refused before anything is loaded, naming the next free one.
     loads = []

@@ -400,6 +400,7 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
 
     from gnmt_tf import model_files
     from gnmt_tf.data import make_dataset
+    from gnmt_tf.inference import evaluation
     from gnmt_tf.inference.translator import Translator
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.models.gnmt import GNMT
@@ -464,11 +465,17 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     loss_at_4 = dev_loss(dev_pairs)
     assert loss_at_8 < loss_at_4 and loss_at_8 < np.log(tokenizer.vocab_size) - 0.3, (loss_at_4, loss_at_8)
     assert copy_loss_at_8 > loss_at_8 + 0.3, (loss_at_8, copy_loss_at_8)
-    # It translates the dev sources as the chief did for the dev BLEU it reported (greedy, at the delta the
-    # weights were trained to), and the best checkpoint, written from the chief's one-device copy at that
-    # evaluation, holds the same weights and delta.
-    model.set_weights(model_files.build_model(config, path).get_weights())
-    translations = Translator(model, tokenizer).greedy([source for source, _ in dev_pairs])
-    assert f"dev {corpus_bleu(translations, [target for _, target in dev_pairs])}" in output
-    best, _, _ = model_files.load_model_dir(str(model_dir), which="best")
-    assert all(np.array_equal(a, b) for a, b in zip(best.get_weights(), model.get_weights()))
+    # It translates the dev sources as the chief did for the final dev BLEU it reported (the default
+    # checkpoint, best/, with the default beam search, at the delta the weights were trained to), and that
+    # checkpoint, written from the chief's one-device copy, holds the weights of the ps checkpoint of its step.
+    figure = re.search(r"^dev (BLEU = .*) \((beam [^;]*); (\S+)\)$", output, re.MULTILINE)
+    assert figure, output[-2000:]
+    printed_bleu, search, best_path = figure.groups()
+    assert search == evaluation.search_description(config.decoding)
+    assert os.path.dirname(best_path) == model_files.best_dir(str(model_dir))
+    best = model_files.build_model(config, best_path)
+    step_path = os.path.join(str(model_dir / "checkpoints"), os.path.basename(best_path))
+    assert all(np.array_equal(a, b) for a, b in zip(best.get_weights(),
+                                                    model_files.build_model(config, step_path).get_weights()))
+    translations = Translator(best, tokenizer, config.decoding).translate([source for source, _ in dev_pairs])
+    assert corpus_bleu(translations, [target for _, target in dev_pairs]).text == printed_bleu
