@@ -28,11 +28,11 @@ def _train_cli(model_dir, *extra):
 TINY_CLI_ARGS = [
     "--config", "tiny",
     "--set", "model.units=48",
-    "--set", "training.checkpoint_every=10",
+    "--set", "training.checkpoint_every=5",
     "--set", "training.eval_every=100000",
-    "--set", "training.adam_steps=40",  # the Adam->SGD switch happens after the kill below
+    "--set", "training.adam_steps=20",  # the Adam->SGD switch happens after the kill below
     "--set", "training.sgd_learning_rate=0.1",
-    "--set", "training.delta_anneal_steps=50",  # delta reaches 1.0 before the last step
+    "--set", "training.delta_anneal_steps=25",  # delta reaches 1.0 before the last step
     "--set", "data.dev_max_pairs=50",
 ]
 
@@ -83,13 +83,13 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     killed = str(tmp_path / "killed")
     log = tmp_path / "killed.log"
     with open(log, "w") as handle:
-        process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "60"), env=_env(),
+        process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "30"), env=_env(),
                                    stdout=subprocess.DEVNULL, stderr=handle)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and process.poll() is None:
             latest = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)) if os.path.isdir(killed) else None
-            if latest and int(latest.rsplit("-", 1)[1]) >= 20:
+            if latest and int(latest.rsplit("-", 1)[1]) >= 10:
                 break
             time.sleep(0.2)
         else:
@@ -101,13 +101,13 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
         if process.poll() is None:
             process.kill()
     step_at_kill, _, phase_at_kill = _final_state(killed)
-    assert 20 <= step_at_kill < 60 and phase_at_kill  # killed while still in the Adam phase
+    assert 10 <= step_at_kill < 20 and phase_at_kill  # killed while still in the Adam phase
     left = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed))
     assert left.endswith(f"ckpt-{step_at_kill}")
     saved = _checkpoint_values(left)  # read now: the resumed run deletes old checkpoints (keep_checkpoints)
 
     straight = str(tmp_path / "straight")
-    straight_run = run_in_process(_train_cli(straight, *data_args, "--max-steps", "60"))
+    straight_run = run_in_process(_train_cli(straight, *data_args, "--max-steps", "30"))
     assert straight_run.returncode == 0, straight_run.stderr[-2000:]
 
     # The state the resumed run trains from: every variable of its model and optimizer when fit starts,
@@ -121,7 +121,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
         return fit(self, *args, **kwargs)
 
     monkeypatch.setattr(GNMT, "fit", fit_from_a_recorded_state)
-    resumed = run_in_process(_train_cli(killed, *data_args, "--max-steps", "60"))
+    resumed = run_in_process(_train_cli(killed, *data_args, "--max-steps", "30"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming from {left} at step {step_at_kill}" in resumed.stdout
 
@@ -142,8 +142,8 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     # Training went on from there (every kernel moved) to where the uninterrupted run ended.
     final = _checkpoint_values(tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)))
     assert all(not np.array_equal(final[name], saved[name]) for name in model_weights if "kernel" in name)
-    assert _final_state(killed) == _final_state(straight)  # (60, delta 1.0, SGD phase) for both
-    assert _final_state(straight) == (60, 1.0, False)
+    assert _final_state(killed) == _final_state(straight)  # (30, delta 1.0, SGD phase) for both
+    assert _final_state(straight) == (30, 1.0, False)
     straight_loss, resumed_loss = _dev_loss(straight), _dev_loss(killed)
     assert abs(straight_loss - resumed_loss) < 0.15 * straight_loss, (straight_loss, resumed_loss)
 

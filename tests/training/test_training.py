@@ -129,14 +129,14 @@ def _final_state(model_dir):
 
 
 def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
-    # 60 steps of a 600-step anneal: delta ends near 8 - 7 * 59/600 = 7.3, far from 1.
+    # 20 steps of a 200-step anneal: delta ends near 8 - 7 * 19/200 = 7.3, far from 1.
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
-        tmp_path, steps=60, **{"training.delta_anneal_steps": 600, "training.eval_every": 60}
+        tmp_path, steps=20, **{"training.delta_anneal_steps": 200, "training.eval_every": 20}
     )
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
     trained_delta = float(trainer.model.clip_delta.numpy())
-    assert trained_delta == pytest.approx(8.0 - 7.0 * 59 / 600, rel=1e-5)
+    assert trained_delta == pytest.approx(8.0 - 7.0 * 19 / 200, rel=1e-5)
     assert result.delta == pytest.approx(trained_delta)
 
     warnings = []
