@@ -252,7 +252,7 @@ def _load_translate(tf, name, job, threads):
     from export.tflite import TFLiteTranslator
 
     interpreter = TFLiteTranslator(os.path.join(path, TFLiteExporter.MODEL_FILE), num_threads=threads)
-    return lambda batch: interpreter.translate(batch)[0]
+    return lambda batch: [t.text for t in interpreter.translate(batch)]
 
 
 def _replay_warmup(tf, loaded, path):
@@ -476,8 +476,8 @@ def worker_quant(job, threads):
     def translate_all(translator):
         translations = [""] * len(sources)
         for indices, chunk in batches:
-            for i, text in zip(indices, translator.translate(chunk)):
-                translations[i] = text
+            for i, translation in zip(indices, translator.translate(chunk)):
+                translations[i] = translation.text
         return translations
 
     started = time.perf_counter()

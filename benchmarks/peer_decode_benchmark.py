@@ -51,7 +51,7 @@ def decode_worker(model_dir: str, test: str, threads: int) -> dict:
     translator = Translator(model, tokenizer, config.decoding, batch_size=BATCH, precompute_target_inputs=True)
     translator.translate(sources[:BATCH], **DECODING)  # tracing, outside the timed decode
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, **DECODING)
+    hypotheses = [t.text for t in translator.translate(sources, **DECODING)]
     seconds = time.perf_counter() - start
     words = sum(len(source.split()) for source in sources)
     return {

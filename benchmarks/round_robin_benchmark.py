@@ -35,7 +35,7 @@ def load(path: str, threads: int):
         from export.tflite import TFLiteTranslator
 
         translator = TFLiteTranslator(tflite, num_threads=threads)
-        return lambda batch: [text.encode("utf-8") for text in translator.translate(batch)[0]]
+        return lambda batch: [t.text.encode("utf-8") for t in translator.translate(batch)]
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
 

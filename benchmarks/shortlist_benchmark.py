@@ -42,7 +42,7 @@ def measure(model_dir: str, batch_size: int, chunk: int) -> dict:
         part, took = sources[start:start + chunk], {}
         for use in ((False, True) if index % 2 == 0 else (True, False)):
             began = time.perf_counter()
-            outputs[use] += translator.translate(part, use_shortlist=use)
+            outputs[use] += [t.text for t in translator.translate(part, use_shortlist=use)]
             took[use] = time.perf_counter() - began
             seconds[use] += took[use]
         ratios.append(took[False] / took[True])

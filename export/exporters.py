@@ -53,6 +53,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Ty
 import tensorflow as tf
 
 from export.serving_runtime import OPS_FILE, TENSORFLOW, runtime_name, unregistered_ops
+from gnmt_tf.inference.results import texts
 from gnmt_tf.inference.translator import TranslatorModule
 
 
@@ -131,7 +132,7 @@ class Exporter:
 
     def translate(self, directory: str, sentences: Sequence[str],
                   switch: Optional[Dict[str, object]] = None) -> List[str]:
-        """Load the artifact from ``directory`` as its users would, and translate.
+        """Load the artifact from ``directory`` as its users would, and translate: the best translations' texts.
 
         ``switch``: the inputs of ``translate_with_shortlist`` besides the sentences (``alpha``,
         ``beta``, ``beamsize``, ``use_shortlist``), for a format that switches the shortlist per
@@ -227,7 +228,7 @@ class TFLiteExporter(Exporter):
             raise ExportError("a TFLite model has no per-request shortlist switch")
 
         translator = TFLiteTranslator(os.path.join(directory, self.MODEL_FILE))
-        return [text for batch in _batches(sentences) for text in translator.translate(batch)[0]]
+        return [translation.text for batch in _batches(sentences) for translation in translator.translate(batch)]
 
 
 EXPORTERS: Dict[str, Type[Exporter]] = {"saved_model": SavedModelExporter, "tflite": TFLiteExporter}
@@ -363,7 +364,7 @@ def _check_identical(request, exporter, staging, model, tokenizer, decoding, sho
     if shortlist is not None and exporter.switches_shortlist:
         settings += [False, True]
     for use_shortlist in settings:
-        expected = translator.translate(sentences, use_shortlist=use_shortlist)
+        expected = texts(translator.translate(sentences, use_shortlist=use_shortlist))
         switch = None if use_shortlist is None else dict(
             alpha=decoding.alpha, beta=decoding.beta, beamsize=decoding.beamsize, use_shortlist=use_shortlist)
         got = exporter.translate(staging, sentences, switch)
@@ -394,7 +395,7 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlis
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
-    float_bleu = corpus_bleu(Translator(model, tokenizer, decoding, shortlist=shortlist).translate(sources),
+    float_bleu = corpus_bleu(texts(Translator(model, tokenizer, decoding, shortlist=shortlist).translate(sources)),
                              references).score
     int8_bleu = corpus_bleu(exporter.translate(staging, sources), references).score
     drop = float_bleu - int8_bleu

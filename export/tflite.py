@@ -10,7 +10,7 @@ registered; no Flex (select TF) ops::
 
     model = convert_to_tflite(TranslatorModule(model, tokenizer, config.decoding))
     translator = TFLiteTranslator(model)
-    texts, scores = translator.translate(["Open the file"])
+    translator.translate(["Open the file"])        # [Translation(text=..., score=...)]
 
 A module with a vocabulary shortlist converts with its default setting
 (``decoding.use_shortlist``): on, the decoding step gathers the allowed softmax
@@ -40,6 +40,8 @@ import os
 from typing import Iterable, List, Sequence, Tuple, Union
 
 import numpy as np
+
+from gnmt_tf.inference.results import Translation
 
 # The custom ops that tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS registers (tensorflow-text
 # 2.21), by their TFLite custom code. The translator uses the first three.
@@ -254,14 +256,16 @@ class TFLiteTranslator:
         )
         self.runner = self.interpreter.get_signature_runner(SIGNATURE)
 
-    def translate(self, sentences: Sequence[str]) -> Tuple[List[str], List[float]]:
-        """Sentences -> (translations, eq. 14 scores), in the order given."""
+    def translate(self, sentences: Sequence[str]) -> List[Translation]:
+        """The best :class:`~gnmt_tf.inference.results.Translation` (text and eq. 14 score) of each sentence,
+        in the order given. The model's signature returns no more: the other fields are None, and
+        ``truncated`` is not reported (False)."""
         sentences = list(sentences)
         if not sentences:
-            return [], []
+            return []
         outputs = self.runner(sentences=np.array([s.encode("utf-8") for s in sentences], dtype=object))
-        texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in outputs["translations"].tolist()]
-        return texts, [float(s) for s in outputs["scores"].tolist()]
+        return [Translation(t.decode("utf-8") if isinstance(t, bytes) else str(t), score=float(s))
+                for t, s in zip(outputs["translations"].tolist(), outputs["scores"].tolist())]
 
 
 def int8_weight_tensors(tflite_bytes: bytes) -> List[dict]:

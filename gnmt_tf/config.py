@@ -257,6 +257,12 @@ class DecodingConfig:
         default=3.0,
     )
     max_length_ratio: float = _doc("Output length limit as a multiple of the source length (2.0).", default=2.0)
+    max_input_length: int = _doc(
+        "Source wordpieces a translator keeps per sentence (EOS excluded). A longer sentence is "
+        "truncated to its first max_input_length wordpieces, and its Translation says so "
+        "(truncated=True; the command lines warn with a count); the Python API can refuse it instead.",
+        default=250,
+    )
     n_best: int = _doc("Translations returned per sentence.", default=1)
     eos_rule: Literal["top_k", "every_beam"] = _doc(
         "Which end-of-sentence extensions finish a hypothesis. 'top_k': only one that ranks among "
@@ -276,7 +282,7 @@ class DecodingConfig:
     )
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "beam_width", "max_length_ratio", "n_best")
+        _positive(self, where, "beam_width", "max_length_ratio", "n_best", "max_input_length")
         for name in SEARCH_OPTIONS:  # the rule every entry point applies to the per-request options
             problem = search_option_problem(name, getattr(self, name))
             if problem is not None:

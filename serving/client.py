@@ -19,7 +19,7 @@ exponential backoff; everything else raises :class:`ServingRequestError` at once
 with the server's message.
 
     client = RestClient("http://localhost:8501", model="gnmt")
-    client.translate(["Open the file"])         # -> [Translation(text=..., score=...)]
+    client.translate(["Open the file"])         # -> [Translation(text=..., score=...)]  (gnmt_tf.inference.results)
 
 Command line::
 
@@ -38,12 +38,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gnmt_tf.cli.common import add_search_option_arguments, add_shortlist_argument, positive_int
 from gnmt_tf.cli.scaffold import Command, start_tensorflow
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, check_search_option
+from gnmt_tf.inference.results import Translation
 
 
 class ServingRequestError(RuntimeError):
@@ -58,19 +58,6 @@ class ServingRequestError(RuntimeError):
     def __init__(self, message: str, code: Any = None):
         super().__init__(message)
         self.code = code
-
-
-@dataclass(frozen=True)
-class Translation:
-    text: str
-    score: float
-
-
-@dataclass(frozen=True)
-class NBestEntry:
-    text: str
-    score: float
-    length: int
 
 
 def _options(alpha, beta, beamsize) -> Optional[Dict[str, float]]:
@@ -132,11 +119,11 @@ class _Client:
         else:
             signature, scalars = "translate_with_shortlist", {**options, "use_shortlist": use_shortlist}
         outputs = self._predict(signature, sentences, scalars, version)
-        return [Translation(text, float(score)) for text, score in zip(outputs["translations"], outputs["scores"])]
+        return [Translation(text, score=float(score)) for text, score in zip(outputs["translations"], outputs["scores"])]
 
     def translate_nbest(self, sentences: Sequence[str], alpha: float = 0.2, beta: float = 0.2,
                         beamsize: float = 3.0, version: Optional[int] = None,
-                        use_shortlist: Optional[bool] = None) -> List[List[NBestEntry]]:
+                        use_shortlist: Optional[bool] = None) -> List[List[Translation]]:
         """n-best lists (best first) per sentence: all the model's n_best entries (fixed at export).
 
         ``use_shortlist``: as for :meth:`translate` (the ``translate_nbest_with_shortlist`` signature).
@@ -151,7 +138,7 @@ class _Client:
         outputs = self._predict(signature, sentences, scalars, version)
         result = []
         for texts, scores, lengths in zip(outputs["translations"], outputs["scores"], outputs["lengths"]):
-            result.append([NBestEntry(t, float(s), int(n)) for t, s, n in zip(texts, scores, lengths)])
+            result.append([Translation(t, score=float(s), length=int(n)) for t, s, n in zip(texts, scores, lengths)])
         return result
 
     # implemented per protocol
@@ -394,7 +381,8 @@ def translate_stdin(args) -> int:
             given = {name: getattr(args, name) for name in SEARCH_OPTIONS if getattr(args, name) is not None}
             for entries in client.translate_nbest(batch, version=args.version,
                                                   use_shortlist=args.use_shortlist, **given):
-                print(json.dumps([e.__dict__ for e in entries], ensure_ascii=False))
+                print(json.dumps([{"text": e.text, "score": e.score, "length": e.length} for e in entries],
+                                 ensure_ascii=False))
             continue
         for result in client.translate(batch, args.alpha, args.beta, args.beamsize, version=args.version,
                                        use_shortlist=args.use_shortlist):

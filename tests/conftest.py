@@ -147,12 +147,12 @@ def fixture_shortfall(model_dir, which, held_out_pairs):
     french = dict(zip(ENGLISH_NUMBERS, FRENCH_NUMBERS))
     expected = [" ".join(french[word] for word in sentence.split()) for sentence in PROBE_SENTENCES]
     problems = []
-    for name, outputs in (("greedy", translator.greedy(list(PROBE_SENTENCES))),
-                          ("beam", translator.translate(list(PROBE_SENTENCES)))):
+    for name, outputs in (("greedy", [t.text for t in translator.greedy(list(PROBE_SENTENCES))]),
+                          ("beam", [t.text for t in translator.translate(list(PROBE_SENTENCES))])):
         wrong = [(s, o) for s, o, e in zip(PROBE_SENTENCES, outputs, expected) if o != e]
         if wrong:
             problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
-    outputs = translator.translate([source for source, _ in held_out_pairs])
+    outputs = [t.text for t in translator.translate([source for source, _ in held_out_pairs])]
     exact = sum(o == target for o, (_, target) in zip(outputs, held_out_pairs)) / len(held_out_pairs)
     if exact < HELD_OUT_EXACT:
         problems.append(f"{exact:.0%} of the held-out pairs exact")

@@ -183,9 +183,10 @@ def test_attention_figure_labels_and_errors(tmp_path):
 
 
 def plots_translation(attention):
-    from gnmt_tf.inference.translator import Translation
+    from gnmt_tf.inference.results import Translation
 
-    return Translation("x", 0.0, 0.0, ["\u2581x"], ["\u2581a", "</s>"], attention)
+    return Translation("x", score=0.0, log_prob=0.0, target_pieces=["\u2581x"], source_pieces=["\u2581a", "</s>"],
+                       attention=attention)
 
 
 def test_translate_cli_plots_attention_per_line(trained_number_model, tmp_path, capsys):

@@ -128,8 +128,9 @@ def add_translator_arguments(parser: argparse.ArgumentParser, search: bool = Tru
         "the first runs its small ops (default: 2; 1 decodes one batch after another)",
     )
     model.add_argument(
-        "--max-input-length", type=int, default=250,
-        help="longer inputs (in wordpieces) are truncated to this, with a warning (default: 250)",
+        "--max-input-length", type=positive_int, default=None,
+        help="longer inputs (in wordpieces) are truncated to this, with a warning (default: the model's "
+        "decoding.max_input_length, 250 unless its config says otherwise)",
     )
     decoding = parser.add_argument_group("beam search (section 7; defaults from the model's config)" if search
                                          else "eq. 14 (defaults from the model's config)")
@@ -179,10 +180,13 @@ def load_translator(args):
                 concurrent_batches=args.concurrent_batches, use_shortlist=getattr(args, "use_shortlist", None))
 
 
-def warn_truncated(translator) -> None:
-    """Tell stderr how many inputs of the last call were longer than ``--max-input-length``."""
-    if translator.truncated:
+def warn_truncated(translations, max_input_length: int) -> None:
+    """Tell stderr how many of ``translations`` (or n-best lists) came from inputs longer than ``--max-input-length``."""
+    from gnmt_tf.inference.results import count_truncated
+
+    truncated = count_truncated(translations)
+    if truncated:
         print(
-            f"warning: {translator.truncated} input line(s) longer than {translator.max_input_length} "
+            f"warning: {truncated} input line(s) longer than {max_input_length} "
             f"wordpieces were truncated (--max-input-length)", file=sys.stderr,
         )

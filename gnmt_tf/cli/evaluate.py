@@ -37,7 +37,7 @@ def evaluate(args) -> int:
     print(report.summary(), file=sys.stderr)
     overrides = common.decoding_overrides(args)
     evaluation = evaluate_translations(translator, pairs, overrides)  # warm-up batch first: tracing not timed
-    common.warn_truncated(translator)
+    common.warn_truncated(evaluation.translations, translator.max_input_length)
     bleu, hypotheses, seconds = evaluation.bleu, evaluation.hypotheses, evaluation.seconds
     words = sum(len(h.split()) for h in hypotheses)
     d = config.decoding
@@ -49,7 +49,7 @@ def evaluate(args) -> int:
         "search": evaluation.search,
         "sentences": len(pairs),
         "skipped_lines": report.skipped_total,
-        "truncated_inputs": translator.truncated,
+        "truncated_inputs": evaluation.truncated,
         "seconds": round(seconds, 3),
         "sentences_per_second": round(len(pairs) / seconds, 2),
         "words_per_second": round(words / seconds, 2),

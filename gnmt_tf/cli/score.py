@@ -44,7 +44,7 @@ def score(args) -> int:
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     scores = translator.score(sources, targets, alpha=args.alpha, beta=args.beta,
                               return_attention=bool(args.plot_attention))
-    common.warn_truncated(translator)
+    common.warn_truncated(scores, translator.max_input_length)
     lines = ["" if s is None else f"{s.score:.6f}\t{s.log_prob:.6f}\t{s.length}" for s in scores]
     with common.open_text(args.output, "w") as target:
         target.writelines(line + "\n" for line in lines)

@@ -66,14 +66,15 @@ def translate_stream(translator, source, target, args) -> int:
                 for hypothesis in nbest:
                     target.write(f"{count + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n")
         else:
-            for translation in translator.translate(lines, **overrides):
-                target.write(translation + "\n")
+            results = translator.translate(lines, **overrides)
+            for translation in results:
+                target.write(translation.text + "\n")
         target.flush()
         if plot_directory:
             from gnmt_tf.plots import write_attention_pictures
 
             write_attention_pictures(results, plot_directory, sentences=lines, first_index=count + 1)
-        common.warn_truncated(translator)
+        common.warn_truncated(results, translator.max_input_length)
         count += len(lines)
         rate = count / max(time.monotonic() - started, 1e-9)
         print(f"translated {count:,} lines ({rate:.1f} lines/s)", file=sys.stderr, flush=True)

@@ -27,7 +27,8 @@ from gnmt_tf.decoding.rows import RowLayout, gather_rows
 # Powers of two: padding at most doubles the rows, and each halving of the running searches
 # (as a batch's sentences finish) meets the next smaller bucket.
 DEFAULT_SEARCHES = (1, 2, 4, 8, 16, 32, 64)
-# The translator keeps at most 250 source wordpieces + EOS, so 256 covers every sentence.
+# A translator keeps at most decoding.max_input_length (default 250) source wordpieces + EOS, so 256
+# covers every sentence at the default.
 DEFAULT_SOURCE = (16, 32, 64, 128, 256)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from gnmt_tf.inference.results import Translation, count_truncated, texts
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
 
 Pair = Tuple[str, str]
@@ -20,9 +21,19 @@ class Evaluation(NamedTuple):
     """What :func:`evaluate` measured."""
 
     bleu: BleuResult  # sacrebleu's corpus BLEU against the references, whitespace folded
-    hypotheses: List[str]  # the translations, in input order
+    translations: List[Translation]  # in input order
     seconds: float  # decoding time, after a warm-up batch (graph tracing not counted)
     search: str  # how they were decoded, e.g. "beam 4, alpha 0.6, beta 0.2, beamsize 3" or "greedy"
+
+    @property
+    def hypotheses(self) -> List[str]:
+        """The translations' texts, in input order (what BLEU scored)."""
+        return texts(self.translations)
+
+    @property
+    def truncated(self) -> int:
+        """Sources longer than the translator's max_input_length, translated truncated."""
+        return count_truncated(self.translations)
 
     def __str__(self) -> str:
         return f"{self.bleu.text} ({self.search})"
@@ -55,13 +66,14 @@ def evaluate(translator, pairs: Sequence[Pair], overrides: Optional[Dict] = None
     if warm_up and sources:
         decode(sources[: translator.batch_size])
     started = time.monotonic()
-    hypotheses = decode(sources)
+    translations = decode(sources)
     seconds = time.monotonic() - started
-    return Evaluation(corpus_bleu(hypotheses, references), hypotheses, seconds,
+    return Evaluation(corpus_bleu(texts(translations), references), translations, seconds,
                       search_description(translator.decoding, overrides, greedy))
 
 
-def load_translator(model_dir: str, checkpoint: str = "best", batch_size: int = 32, max_input_length: int = 250,
+def load_translator(model_dir: str, checkpoint: str = "best", batch_size: int = 32,
+                    max_input_length: Optional[int] = None,
                     concurrent_batches: int = 2, use_shortlist: Optional[bool] = None):
     """A model directory's translator as the command lines use it: (translator, config, checkpoint path).
 

@@ -38,7 +38,7 @@ input; scoring given translations and greedy search always use the whole softmax
 
 Defined behaviour at the edges: an empty (or all-whitespace) sentence translates to
 ""; a sentence longer than ``max_input_length`` wordpieces is truncated to that many
-(the Python API can refuse it instead, and counts truncations); every output is at most
+(the Python API can refuse it instead; a Translation says when its source was truncated); every output is at most
 ``max_length_ratio`` x the source length (section 7).
 """
 
@@ -56,6 +56,7 @@ from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
+from gnmt_tf.inference.results import Translation
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
@@ -89,7 +90,8 @@ class TranslatorModule(tf.Module):
         tokenizer: its :class:`gnmt_tf.data.tokenizer.WordpieceTokenizer`.
         decoding: beam search defaults; the exported signatures fix ``beam_width`` and
             ``n_best`` (they set tensor shapes), alpha, beta and beamsize are inputs.
-        max_input_length: source wordpieces kept per sentence (longer ones are truncated).
+        max_input_length: source wordpieces kept per sentence, longer ones truncated (None:
+            ``decoding.max_input_length``).
         weight_transform: what every search reads the model's weights through
             (:mod:`gnmt_tf.layers.weights`; None: the float weights). With a
             :class:`gnmt_tf.quantization.Int8Weights` of ``model`` every search computes with
@@ -139,7 +141,7 @@ class TranslatorModule(tf.Module):
     module is made (ValueError).
     """
 
-    def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: int = 250,
+    def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: Optional[int] = None,
                  weight_transform: Optional[WeightTransform] = None, jit_step: bool = False,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
                  shape_buckets: Optional[ShapeBuckets] = None, name: Optional[str] = None):
@@ -163,7 +165,7 @@ class TranslatorModule(tf.Module):
         object.__setattr__(self, "decoding", decoding)
         self.beam_width = decoding.beam_width
         self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
-        self.max_input_length = max_input_length
+        self.max_input_length = decoding.max_input_length if max_input_length is None else max_input_length
         # Checked here in Python: translate (and the TFLite export of it) uses them without graph checks.
         self._defaults = tuple(check_search_option(name, getattr(decoding, name)) for name in SEARCH_OPTIONS)
         if shortlist is not None and shortlist.vocab_size != tokenizer.vocab_size:
@@ -445,29 +447,6 @@ def _without_padded_source(output, source_length):
     return output._replace(attention=attention[..., :source_length])
 
 
-class Translation(NamedTuple):
-    """One hypothesis of an n-best list."""
-
-    text: str
-    score: float  # eq. 14: log P / lp + cp
-    log_prob: float  # log P(Y|X)
-    target_pieces: List[str]  # the wordpieces produced, EOS excluded (paper form)
-    source_pieces: List[str]  # the source wordpieces the model saw, EOS included
-    attention: Optional[np.ndarray]  # [target pieces + EOS, source pieces] when requested
-
-
-class Score(NamedTuple):
-    """A given translation scored by the model (forced decoding)."""
-
-    text: str  # the translation, as given
-    log_prob: float  # log P(Y|X), the target's EOS included
-    score: float  # eq. 14 with the given alpha and beta
-    length: int  # target wordpieces + EOS
-    target_pieces: List[str]  # the wordpieces scored, EOS excluded
-    source_pieces: List[str]  # the source wordpieces, EOS included
-    attention: Optional[np.ndarray]  # [target pieces + EOS, source pieces] when requested
-
-
 class Translator:
     """Translate raw sentences with a trained :class:`~gnmt_tf.models.GNMT`: the Python face of :class:`TranslatorModule`.
 
@@ -481,7 +460,8 @@ class Translator:
             keeps the cores busy while the first runs those (on two cores, 1.1-1.3x the words/s
             of a 2+2x256 model at batch 32; benchmarks/README.md). Each batch translates as it
             would alone. 1: one after another.
-        max_input_length: wordpieces per source sentence, EOS excluded.
+        max_input_length: wordpieces per source sentence, EOS excluded (None: ``decoding.max_input_length``);
+            a translation of a longer one has ``truncated=True``.
         truncate_long_inputs: truncate longer sentences (True) or raise ValueError (False).
         precompute_target_inputs: gather the bottom decoder layer's input projection from a
             table computed now (see :class:`TranslatorModule`); only for a model whose weights
@@ -496,11 +476,10 @@ class Translator:
 
     Attributes:
         module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
-        truncated: how many sentences of the last call were truncated.
     """
 
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
-                 max_input_length: int = 250, truncate_long_inputs: bool = True,
+                 max_input_length: Optional[int] = None, truncate_long_inputs: bool = True,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
                  concurrent_batches: int = 2, weight_transform: Optional[WeightTransform] = None):
         for name, value in (("batch_size", batch_size), ("concurrent_batches", concurrent_batches)):
@@ -512,7 +491,6 @@ class Translator:
         self.batch_size = batch_size
         self.concurrent_batches = concurrent_batches
         self.truncate_long_inputs = truncate_long_inputs
-        self.truncated = 0
 
     @property
     def model(self):
@@ -532,8 +510,7 @@ class Translator:
 
     # ------------------------------------------------------------------ preprocess and batches
     def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-        """Source ids [n, width] and piece counts [n], truncation counted (or refused)."""
-        self.truncated = 0
+        """Source ids [n, width] and piece counts [n] (before truncation); a long one refused unless truncating."""
         if not sentences:
             return np.zeros([0, 1], np.int32), np.zeros([0], np.int32)
         ids, counts = self.module.compiled_preprocess()(tf.constant(list(sentences), tf.string))
@@ -544,7 +521,6 @@ class Translator:
                 f"sentence {long[0]} has {counts[long[0]]} wordpieces, more than max_input_length "
                 f"({self.max_input_length})"
             )
-        self.truncated = len(long)
         return ids, counts
 
     def _batches(self, ids: np.ndarray, counts: np.ndarray):
@@ -576,13 +552,14 @@ class Translator:
                             tf.float32) for name, value in given.items()]
 
     # ------------------------------------------------------------------ translate
-    def translate(self, sentences: Sequence[str], **overrides) -> List[str]:
+    def translate(self, sentences: Sequence[str], **overrides) -> List[Translation]:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
-        Keyword overrides: beam_width, alpha, beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9,
-        disables pruning), use_shortlist.
+        An empty sentence gets ``Translation("", score=0.0)``. Keyword overrides: beam_width, alpha,
+        beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9, disables pruning), use_shortlist.
         """
-        return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
+        return [nbest[0] if nbest else Translation("", score=0.0)
+                for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
 
     def translate_nbest(
         self,
@@ -617,7 +594,8 @@ class Translator:
         def decode(chunk, batch, source_lengths):
             return {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
 
-        for (chunk, batch, source_lengths), out in self._decoded(decode, self._batches(*self._preprocess(sentences))):
+        ids, counts = self._preprocess(sentences)
+        for (chunk, batch, source_lengths), out in self._decoded(decode, self._batches(ids, counts)):
             for row, i in enumerate(chunk):
                 for rank in range(n_best):
                     length = int(out["lengths"][row, rank])
@@ -627,26 +605,29 @@ class Translator:
                         text=out["translations"][row, rank].decode("utf-8"),
                         score=float(out["scores"][row, rank]),
                         log_prob=float(out["log_probs"][row, rank]),
+                        length=length,
                         target_pieces=self.tokenizer.piece_strings(out["ids"][row, rank, : length - 1]),
                         source_pieces=self.tokenizer.piece_strings(batch[row, : source_lengths[row] - 1]) + [EOS],
                         attention=(out["attention"][row, rank, :length, : source_lengths[row]]
                                    if return_attention else None),
+                        truncated=bool(counts[i] > self.max_input_length),
                     ))
         return results
 
-    def greedy(self, sentences: Sequence[str]) -> List[str]:
-        """Greedy translations (fast; used for dev BLEU during training)."""
-        results = [""] * len(sentences)
+    def greedy(self, sentences: Sequence[str]) -> List[Translation]:
+        """Greedy translations (text only, no score), in input order; an empty sentence gets ``Translation("")``."""
+        ids, counts = self._preprocess(sentences)
+        results = [Translation("") for _ in sentences]
         greedy = self.module.compiled_greedy()
-        batches = self._batches(*self._preprocess(sentences))
+        batches = self._batches(ids, counts)
         for (chunk, _, _), texts in self._decoded(lambda chunk, batch, _: greedy(tf.constant(batch)).numpy(), batches):
             for row, i in enumerate(chunk):
-                results[i] = texts[row].decode("utf-8")
+                results[i] = Translation(texts[row].decode("utf-8"), truncated=bool(counts[i] > self.max_input_length))
         return results
 
     # ------------------------------------------------------------------ score
     def score(self, sources: Sequence[str], targets: Sequence[str], alpha: Optional[float] = None,
-              beta: Optional[float] = None, return_attention: bool = False) -> List[Optional[Score]]:
+              beta: Optional[float] = None, return_attention: bool = False) -> List[Optional[Translation]]:
         """Score given translations: log P(Y|X) and eq. 14 of ``targets[i]`` as a translation of ``sources[i]``.
 
         The same log-softmax and penalties as the beam search, so scoring a translation the
@@ -657,11 +638,9 @@ class Translator:
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         options = self._options(alpha=alpha, beta=beta)
         target_ids, target_counts = self._preprocess(targets)
-        target_truncated = self.truncated
         source_ids, source_counts = self._preprocess(sources)
-        self.truncated += target_truncated
         present = np.flatnonzero((source_counts > 0) & (target_counts > 0))
-        results: List[Optional[Score]] = [None] * len(sources)
+        results: List[Optional[Translation]] = [None] * len(sources)
         score = self.module.compiled_score(return_attention)
 
         def decode(chunk, batch, source_lengths):
@@ -676,7 +655,7 @@ class Translator:
         for (chunk, batch, source_lengths), (rows, targets_batch, out) in self._decoded(decode, batches):
             for row, i in enumerate(rows):
                 length = int(out["lengths"][row])
-                results[i] = Score(
+                results[i] = Translation(
                     text=targets[i],
                     log_prob=float(out["log_probs"][row]),
                     score=float(out["scores"][row]),
@@ -684,5 +663,6 @@ class Translator:
                     target_pieces=self.tokenizer.piece_strings(targets_batch[row, : length - 1]),
                     source_pieces=self.tokenizer.piece_strings(batch[row, : source_lengths[row] - 1]) + [EOS],
                     attention=out["attention"][row, :length, : source_lengths[row]] if return_attention else None,
+                    truncated=bool(max(source_counts[i], target_counts[i]) > self.max_input_length),
                 )
         return results

@@ -79,7 +79,7 @@ def test_good_options_after_refused_ones_translate_and_beamsize_0_is_greedy(trai
     model_dir, _ = trained_number_model
     sentences = ["three one four", "nine nine", "zero five two eight six"]
     model, tokenizer, config = model_files.load_model_dir(model_dir)
-    greedy = Translator(model, tokenizer, config.decoding).greedy(sentences)
+    greedy = [t.text for t in Translator(model, tokenizer, config.decoding).greedy(sentences)]
     translate = ["-m", "gnmt_tf.translate", "--model-dir", model_dir, "--alpha", "0", "--beta", "0"]
     refused = run_in_process([sys.executable, *translate, "--beamsize", "-5"], "\n".join(sentences) + "\n")
     assert refused.returncode == 2

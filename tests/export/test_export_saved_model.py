@@ -95,7 +95,9 @@ class ExclaimingTranslator:
         pass
 
     def translate(self, sentences, **overrides):
-        return [f"{sentence}!" for sentence in sentences]
+        from gnmt_tf.inference.results import Translation
+
+        return [Translation(f"{sentence}!") for sentence in sentences]
 
 
 def test_next_version_and_existing_version(trained_number_model, tmp_path, monkeypatch):
@@ -179,7 +181,8 @@ def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, t
     with open(os.path.join(model_dir, "test.tsv"), encoding="utf-8") as handle:
         held_out = [line.split("\t")[0] for line in handle][:20]
     sentences = SENTENCES + held_out
-    translations, scores = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(sentences)
+    results = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(sentences)
+    translations, scores = [t.text for t in results], [t.score for t in results]
     saved_model = tf.saved_model.load(os.path.join(saved_model_base, "1")).signatures["serving_default"]
     expected = saved_model(sentences=tf.constant(sentences))
     assert translations == [text.decode("utf-8") for text in expected["translations"].numpy()]

@@ -86,7 +86,7 @@ def test_the_translator_refuses_a_bad_option_before_searching(translator, name, 
 def test_the_translator_translates_after_a_refusal(translator):
     with pytest.raises(ValueError):
         translator.translate(SENTENCES, beamsize=-5.0)
-    assert translator.translate(SENTENCES) == ["trois un quatre", "neuf"]
+    assert [t.text for t in translator.translate(SENTENCES)] == ["trois un quatre", "neuf"]
 
 
 def test_a_module_with_bad_defaults_is_refused(translator):

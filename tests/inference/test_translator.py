@@ -21,14 +21,20 @@ def translator(trained_number_model):
 
 
 def test_beam_search_translates(translator):
-    assert translator.translate(["three one four", "nine nine"]) == ["trois un quatre", "neuf neuf"]
+    assert [t.text for t in translator.translate(["three one four", "nine nine"])] == ["trois un quatre", "neuf neuf"]
 
 
 def test_edges_empty_single_token_and_too_long(translator):
     out = translator.translate(["", "   ", "seven", "one two three four five six seven eight nine zero one two three"])
-    assert out[0] == "" and out[1] == ""  # empty in, empty out
-    assert out[2] == "sept"  # a single token translates
-    assert translator.truncated == 1 and out[3]  # truncated to max_input_length wordpieces, still translated
+    assert out[0].text == "" and out[1].text == "" and out[0].score == 0.0  # empty in, empty out
+    assert out[2].text == "sept"  # a single token translates
+    # Truncated to max_input_length (12) wordpieces, still translated, and the result says so.
+    assert [t.truncated for t in out] == [False, False, False, True] and out[3].text
+    assert len(out[3].source_pieces) == 12 + 1  # EOS
+    long = "one two three four five six seven eight nine zero one two three"
+    [cut] = translator.translate_nbest([long])
+    assert cut[0].truncated and cut[0].text == out[3].text
+    assert [t.truncated for t in translator.greedy(["seven", long])] == [False, True]
     strict = Translator(translator.model, translator.tokenizer, translator.decoding, max_input_length=12,
                         truncate_long_inputs=False)
     with pytest.raises(ValueError, match="sentence 0 has .* wordpieces, more than max_input_length"):
@@ -51,8 +57,8 @@ def test_nbest_lists_are_sorted_and_carry_attention(translator):
 
 def test_batching_does_not_change_translations(translator):
     sentences = ["one", "two three four five", "six seven", "eight nine zero one two", "three"]
-    together = translator.translate(sentences)
-    one_by_one = [translator.translate([s])[0] for s in sentences]
+    together = [t.text for t in translator.translate(sentences)]
+    one_by_one = [translator.translate([s])[0].text for s in sentences]
     assert together == one_by_one
 
 
@@ -121,7 +127,7 @@ def test_a_shortlist_left_off_changes_nothing_and_one_turned_on_is_obeyed(transl
     everything = Translator(translator.model, tokenizer, translator.decoding, max_input_length=12,
                             shortlist=shortlist_excluding(tokenizer.vocab_size, []))
     assert everything.translate(SHORTLIST_SENTENCES, use_shortlist=True) == \
-        translator.translate(SHORTLIST_SENTENCES)
+        translator.translate(SHORTLIST_SENTENCES)  # texts and scores
     with pytest.raises(ValueError, match="no vocabulary shortlist"):
         translator.translate(["one"], use_shortlist=True)
 

@@ -478,4 +478,4 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     assert all(np.array_equal(a, b) for a, b in zip(best.get_weights(),
                                                     model_files.build_model(config, step_path).get_weights()))
     translations = Translator(best, tokenizer, config.decoding).translate([source for source, _ in dev_pairs])
-    assert corpus_bleu(translations, [target for _, target in dev_pairs]).text == printed_bleu
+    assert corpus_bleu([t.text for t in translations], [target for _, target in dev_pairs]).text == printed_bleu

@@ -78,7 +78,7 @@ def test_the_averaged_weights_are_the_ones_loaded_used_and_exported(model_copy, 
     assert all(np.array_equal(loaded_values[name], value) for name, value in averaged.items())
     from gnmt_tf.inference.translator import Translator
 
-    assert Translator(model, tokenizer).translate(["one two three"]) == ["un deux trois"]
+    assert Translator(model, tokenizer).translate(["one two three"])[0].text == "un deux trois"
 
     # The command lines load it with --checkpoint averaged (all through one loader; score shows which
     # weights it used): log P of the averaged model, not of the latest checkpoint.

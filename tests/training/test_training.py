@@ -52,7 +52,7 @@ def test_tiny_model_learns_a_synthetic_translation_task(trained_number_model):
     from gnmt_tf.inference.translator import Translator
 
     translation = Translator(model, loaded_tokenizer).translate(["one two three"])[0]
-    assert translation == "un deux trois"
+    assert translation.text == "un deux trois"
     assert os.listdir(os.path.join(model_dir, "logs", "train"))  # TensorBoard events were written
 
 
