@@ -106,7 +106,8 @@ def configuration_page() -> str:
         "each shipped config sets. Every field of every section is listed with what it means, its type, its "
         "default and its value in each shipped config; a value in **bold** differs from the default. The "
         "default is what a config file that leaves the field out gets; `gnmt-train` without `--config` "
-        "trains the `small` config.",
+        "trains the `small` config. The paper's terms (δ, beamsize, wordpiece, ...) are explained in "
+        "[glossary.md](glossary.md).",
         "",
         "A config is a YAML file of up to six sections, or the name of a shipped config "
         f"({', '.join(f'`{name}`' for name in names)}: the files `configs/NAME.yaml`). "
@@ -177,9 +178,12 @@ def _flag(parser, action: argparse.Action) -> str:
     return formatter._format_action_invocation(action)
 
 
-def _default(action: argparse.Action) -> str:
+def _default(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     if action.required:
         return "required"
+    for group in parser._mutually_exclusive_groups:
+        if group.required and action in group._group_actions:
+            return "required: one of " + ", ".join(f"`{a.option_strings[0]}`" for a in group._group_actions)
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         return "off" if not action.default else "on"
     if isinstance(action, argparse._AppendAction) and action.default == []:
@@ -208,7 +212,9 @@ def cli_page() -> str:
         "`--verbose` (TensorFlow's own start-up lines are hidden otherwise). Exit status 0 means done and 2 "
         "a usage error (a flag, config, data file or model directory that cannot be used; nothing was "
         "attempted); other statuses are the command's own, listed in its section. In the flag tables a "
-        "default of — means the flag has no fixed default: its help says what happens without it.",
+        "default of — means the flag has no fixed default: its help says what happens without it. The "
+        "paper's terms (beam width and beamsize, α and β, δ, dev split) are explained in "
+        "[glossary.md](glossary.md).",
         "",
         "| command | `python -m` module | what it does |",
         "|---|---|---|",
@@ -232,7 +238,7 @@ def cli_page() -> str:
                 lines += [_paragraphs(group.description), ""]
             lines += ["| flag | default | what it does |", "|---|---|---|"]
             for action in actions:
-                row = [f"`{_cell(_flag(parser, action))}`", _default(action), _help(parser, action)]
+                row = [f"`{_cell(_flag(parser, action))}`", _default(parser, action), _help(parser, action)]
                 lines.append("| " + " | ".join(row) + " |")
             lines.append("")
         if parser.epilog:
