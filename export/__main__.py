@@ -35,13 +35,19 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
     add_checkpoint_argument(parser)
-    parser.add_argument("--verify-sentences", type=int, default=8, help="dev sentences translated to check it")
+    parser.add_argument(
+        "--verify-sentences", type=int, default=8,
+        help="dev sentences the export translates before it is moved into place; it must translate them as "
+        "the model does (default: %(default)s)",
+    )
     parser.add_argument(
         "--bleu-tolerance", type=float, default=0.5,
         help="int8: largest dev BLEU drop from the float model accepted (default: %(default)s)",
     )
     parser.add_argument(
-        "--bleu-sentences", type=int, default=500, help="int8: dev sentences of the BLEU check (default: %(default)s)"
+        "--bleu-sentences", type=int, default=500,
+        help="int8: dev sentences that the float model and the int8 export translate for the BLEU check of "
+        "--bleu-tolerance (default: %(default)s)",
     )
     parser.add_argument(
         "--int8-products", choices=("float", "int8"), default="float",

@@ -54,7 +54,9 @@ class ModelConfig:
     )
     units: int = _doc("LSTM units per layer and width of the residual stream (paper: 1024).", default=1024)
     embedding_dim: Optional[int] = _doc(
-        "Width of the source and target embeddings; null means equal to `units`.", default=None
+        "Width of the source and target wordpiece embeddings, the inputs of the bottom encoder and "
+        "decoder layers; null means equal to `units`.",
+        default=None,
     )
     encoder_layers: int = _doc(
         "Encoder depth counting the bi-directional bottom layer as one (paper: 8).", default=8
@@ -66,7 +68,8 @@ class ModelConfig:
         default=3,
     )
     bidirectional_units: Optional[int] = _doc(
-        "Units of each direction of the bottom encoder layer; null means units/2 so the "
+        "Units of each direction (forward, backward) of the bi-directional bottom encoder layer, whose "
+        "two outputs are concatenated as the input of encoder layer 2 (fig. 1); null means units/2 so the "
         "concatenation has `units` features (a CHOICE the paper leaves open).",
         default=None,
     )
@@ -87,8 +90,9 @@ class ModelConfig:
         default="paper",
     )
     forget_bias: float = _doc(
-        "Constant added to the forget-gate pre-activation of the 'standard' cell "
-        "(tensorflow/nmt's convention); the 'paper' cell has no bias and must leave this at 0.",
+        "Constant added to the forget-gate pre-activation of the 'standard' cell, so that a new cell "
+        "starts out keeping its state (tensorflow/nmt's convention, where it is 1.0); the 'paper' cell "
+        "has no bias (eq. 11) and must leave this at 0.",
         default=0.0,
     )
     dropout: float = _doc(
@@ -151,7 +155,11 @@ class TrainingConfig:
 
     batch_size: int = _doc("Sentence pairs per step (section 8.3: 128).", default=128)
     batch_tokens: Optional[int] = _doc(
-        "If set, batch by a budget of target tokens instead of by sentence count.", default=None
+        "If set, training batches are sized by a budget of target wordpieces instead of batch_size "
+        "pairs: each length bucket (data.bucket_width) takes as many pairs as keep pairs x its longest "
+        "possible target (EOS included) within the budget, so batches of short sentences hold more "
+        "pairs. At least data.max_length + 1. null: batch_size pairs per step.",
+        default=None,
     )
     clip_norm: float = _doc("Gradients are scaled so that their global norm is at most this (5.0).", default=5.0)
     adam_learning_rate: float = _doc("Adam's learning rate for the first phase (0.0002).", default=0.0002)
@@ -179,10 +187,18 @@ class TrainingConfig:
         "then ends normally: checkpoint, dev BLEU, samples.",
         default=None,
     )
-    checkpoint_every: int = _doc("Steps between checkpoints.", default=1000)
+    checkpoint_every: int = _doc(
+        "Steps between checkpoints of the training state in the model directory's checkpoints/; "
+        "training started again with the same --model-dir resumes from the latest.",
+        default=1000,
+    )
     keep_checkpoints: int = _doc("Most recent checkpoints kept (the best by dev score is kept besides).", default=5)
     eval_every: int = _doc("Steps between dev evaluations.", default=10000)
-    log_every: int = _doc("Steps between TensorBoard summaries.", default=100)
+    log_every: int = _doc(
+        "Steps between TensorBoard training scalars (loss, learning rate, delta, tokens/s) in the "
+        "model directory's logs/train.",
+        default=100,
+    )
     seed: int = _doc("Seed for initialisation, shuffling and dropout.", default=1234)
     label_smoothing: float = _doc(
         "epsilon of label smoothing (Szegedy et al. 2016): training minimises (1 - epsilon) x the "
@@ -207,15 +223,15 @@ class TrainingConfig:
     quantization_aware: bool = _doc(
         "Quantization-aware training: every LSTM kernel is fake-quantized to int8 with one "
         "scale per output unit (eq. 12, section 6) in every forward pass, the gradient passing "
-        "straight through to the float weights (gnmt_tf.quantization.qat). Set by `python -m gnmt_tf.train "
-        "--refine qat`, for a short fine-tune of a trained model before int8 export.",
+        "straight through to the float weights (gnmt_tf.quantization.qat). Set by `gnmt-train --refine qat`, "
+        "for a short fine-tune of a trained model before int8 export.",
         default=False,
     )
     objective: Literal["ml", "rl"] = _doc(
         "'ml': maximum likelihood (eq. 7). 'rl': refinement with the mixed objective of eq. 9, "
         "alpha * O_ML + O_RL with the expected GLEU reward (section 5; the `rl` section), dev BLEU "
         "checked every eval_every steps and the run stopped after rl.patience evaluations without "
-        "improvement. Set by `python -m gnmt_tf.train --refine rl`.",
+        "improvement. Set by `gnmt-train --refine rl`.",
         default="ml",
     )
 
@@ -256,14 +272,23 @@ class DecodingConfig:
         "what ties with the best, 1e9 never prunes. alpha, beta and beamsize must be finite and >= 0.",
         default=3.0,
     )
-    max_length_ratio: float = _doc("Output length limit as a multiple of the source length (2.0).", default=2.0)
+    max_length_ratio: float = _doc(
+        "A translation has at most ceil(max_length_ratio x source length) wordpieces, the source length "
+        "counting its wordpieces and EOS; at that length only EOS may follow (2.0).",
+        default=2.0,
+    )
     max_input_length: int = _doc(
         "Source wordpieces a translator keeps per sentence (EOS excluded). A longer sentence is "
         "truncated to its first max_input_length wordpieces, and its Translation says so "
         "(truncated=True; the command lines warn with a count); the Python API can refuse it instead.",
         default=250,
     )
-    n_best: int = _doc("Translations returned per sentence.", default=1)
+    n_best: int = _doc(
+        "Translations per sentence of an n-best request that names no number (at most beam_width); "
+        "an export's n-best signature returns max(n_best, min(4, beam_width)). gnmt-translate "
+        "gives one unless --n-best says more.",
+        default=1,
+    )
     eos_rule: Literal["top_k", "every_beam"] = _doc(
         "Which end-of-sentence extensions finish a hypothesis. 'top_k': only one that ranks among "
         "the beam_width best extensions of its sentence at that step (OpenNMT, fairseq, "
@@ -276,8 +301,8 @@ class DecodingConfig:
         "Decode with the model directory's vocabulary shortlist (shortlist.npz, built by python -m "
         "gnmt_tf.shortlist) when it has one: each batch's softmax covers only the likely translations "
         "of its source wordpieces, the most frequent target pieces and EOS (Marian's lexical "
-        "shortlist). Without a shortlist the full softmax is used. Off until measured: to be turned "
-        "on only if it costs at most 0.1 dev BLEU.",
+        "shortlist). Without a shortlist the full softmax is used. Off by default; benchmarks/README.md "
+        "has what it costs in BLEU and gains in speed.",
         default=False,
     )
 
@@ -301,10 +326,24 @@ class DataConfig:
         default=500,
     )
     max_length: int = _doc("Pairs with more wordpieces than this on either side are skipped in training.", default=50)
-    bucket_width: int = _doc("Width, in wordpieces, of the length buckets used for batching.", default=5)
-    shuffle_buffer: int = _doc("Examples held in the shuffle buffer.", default=100000)
-    dev_fraction: float = _doc("Share of the built-in data held out as the dev split.", default=0.02)
-    dev_max_pairs: int = _doc("At most this many pairs in the dev split.", default=1000)
+    bucket_width: int = _doc(
+        "Width, in wordpieces of a pair's longer side, of the length buckets training batches are "
+        "drawn from: a batch holds pairs of similar length, so little of it is padding.",
+        default=5,
+    )
+    shuffle_buffer: int = _doc(
+        "Training pairs held in the shuffle buffer (reshuffled every pass over the data); as many as "
+        "the training pairs gives a full shuffle.",
+        default=100000,
+    )
+    dev_fraction: float = _doc(
+        "When gnmt-train gets no --dev: the share of the training pairs (--train or the built-in data) "
+        "held out as the dev split, which chooses the best checkpoint.",
+        default=0.02,
+    )
+    dev_max_pairs: int = _doc(
+        "At most this many pairs in a held-out dev split (see dev_fraction).", default=1000
+    )
 
     def validate(self, where: str) -> None:
         _positive(self, where, "max_characters", "max_length", "bucket_width", "shuffle_buffer", "dev_max_pairs")

@@ -338,11 +338,17 @@ def add_arguments(parser) -> None:
     where.add_argument("--rest", metavar="URL", help="REST endpoint, e.g. http://localhost:8501")
     where.add_argument("--grpc", metavar="HOST:PORT", help="gRPC endpoint, e.g. localhost:8500")
     parser.add_argument("--model", default="gnmt", help="model name on the server (default: %(default)s)")
-    parser.add_argument("--version", type=int, default=None, help="model version (default: the server's latest)")
+    parser.add_argument("--version", type=int, default=None,
+                        help="the model version to ask for (default: the latest the server serves)")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--status", action="store_true", help="print the model's version status as JSON")
-    what.add_argument("--metadata", action="store_true", help="print the model's signatures as JSON")
-    what.add_argument("--nbest", action="store_true", help="print n-best lists as JSON lines")
+    what.add_argument("--status", action="store_true",
+                      help="print the model's versions and their states as JSON instead of translating")
+    what.add_argument("--metadata", action="store_true",
+                      help="print the model's signatures (their inputs and outputs) as JSON instead of "
+                      "translating")
+    what.add_argument("--nbest", action="store_true",
+                      help="print each sentence's n-best list as one JSON line (translate_nbest; alpha, beta "
+                      "and beamsize 0.2, 0.2 and 3 unless given, not the model's config)")
     search = parser.add_argument_group(
         "beam search", "--alpha, --beta and --beamsize go together (translate_with_options), or none of\n"
         "them (the model's defaults); with --nbest they default to 0.2, 0.2 and 3",
@@ -353,8 +359,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--scores", action="store_true", help="print 'score<TAB>translation'")
     parser.add_argument("--batch-size", type=positive_int, default=32,
                         help="sentences per request (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
-    parser.add_argument("--retries", type=int, default=3, help="retries when unavailable (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds each request may take before it fails (default: %(default)s)")
+    parser.add_argument("--retries", type=int, default=3,
+                        help="times a request is retried, with exponential backoff, while the server is "
+                        "unavailable (connection refused or reset, HTTP 503, gRPC UNAVAILABLE) (default: "
+                        "%(default)s)")
 
 
 def check(parser, args) -> None:

@@ -94,8 +94,16 @@ def add_training_data_arguments(parser: argparse.ArgumentParser) -> None:
         help="training pairs: a TSV file (source<TAB>target, .gz accepted), 'SRC_FILE,TGT_FILE' "
         "(aligned files) or 'tfds:NAME'. Default: this machine's gettext catalogs",
     )
-    parser.add_argument("--source-lang", default="en", help="source language of the built-in data (default: en)")
-    parser.add_argument("--target-lang", default="fr", help="target language of the built-in data (default: fr)")
+    parser.add_argument(
+        "--source-lang", default="en",
+        help="source language: of the built-in data, and the source key of a 'tfds:NAME' dataset "
+        "(default: en)",
+    )
+    parser.add_argument(
+        "--target-lang", default="fr",
+        help="target language: of the built-in data (the catalogs translated into it), and the target key of "
+        "a 'tfds:NAME' dataset (default: fr)",
+    )
 
 
 def load_training_pairs(args):
@@ -121,7 +129,7 @@ def add_translator_arguments(parser: argparse.ArgumentParser, search: bool = Tru
     add_model_dir_argument(model)
     add_checkpoint_argument(model)
     model.add_argument("--batch-size", type=positive_int, default=32,
-                       help="sentences decoded together (default: 32)")
+                       help="sentences decoded together in one batch, grouped by length (default: 32)")
     model.add_argument(
         "--concurrent-batches", type=positive_int, default=2,
         help="batches decoded at the same time, a thread each; a second one keeps two cores busy while "

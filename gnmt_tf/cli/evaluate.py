@@ -19,11 +19,16 @@ from gnmt_tf.cli.scaffold import Command
 def add_arguments(parser) -> None:
     parser.add_argument(
         "--test", required=True,
-        help="test pairs: a TSV file (source<TAB>target, .gz accepted) or 'SRC_FILE,TGT_FILE'",
+        help="test pairs: a TSV file (source<TAB>target, .gz accepted) or 'SRC_FILE,TGT_FILE'. For a figure "
+        "to report use a held-out test set: the model directory's dev.tsv is the split that chose the best "
+        "checkpoint, so its score is optimistic",
     )
     common.add_translator_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--hypotheses", default=None, help="also write the translations to this file")
+    parser.add_argument(
+        "--hypotheses", default=None, metavar="FILE",
+        help="also write the translations of the test sources to FILE, one line per pair in test-set order",
+    )
 
 
 def evaluate(args) -> int:

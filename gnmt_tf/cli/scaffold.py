@@ -79,14 +79,16 @@ class Command:
         started = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # gnmt-translate(.exe on Windows)
         return self.script if started == self.script else f"python -m {self.module}"
 
-    def build_parser(self) -> argparse.ArgumentParser:
+    def build_parser(self, prog: Optional[str] = None) -> argparse.ArgumentParser:
+        """The command's parser; ``prog`` names the command in its usage and examples (default: ``prog``)."""
+        prog = prog or self.prog
         _, description, *below = self.doc.strip().split("\n\n")
         epilog = "\n\n".join(below)
         if self.examples:
-            shown = "\n".join(f"  {self.prog} {example}".rstrip() for example in self.examples)
+            shown = "\n".join(f"  {prog} {example}".rstrip() for example in self.examples)
             epilog = f"{epilog}\n\nexamples:\n{shown}" if epilog else f"examples:\n{shown}"
         parser = argparse.ArgumentParser(
-            prog=self.prog, description=description, epilog=epilog or None,
+            prog=prog, description=description, epilog=epilog or None,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         self.add_arguments(parser)
@@ -131,8 +133,8 @@ class Command:
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose", action="store_true",
-        help=f"also show TensorFlow's own start-up and log lines (hidden by default; setting "
-        f"{LOG_LEVEL_VARIABLE} shows them too)",
+        help=f"also show TensorFlow's own start-up and log lines (CUDA and CPU-feature notices, hidden by "
+        f"default; setting {LOG_LEVEL_VARIABLE} shows them too)",
     )
 
 

@@ -43,7 +43,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, metavar="N",
                         help="most frequent target pieces always allowed (default: %(default)s)")
     parser.add_argument("--iterations", type=positive_int, default=DEFAULT_ITERATIONS,
-                        help="EM iterations of IBM Model 1 (default: %(default)s)")
+                        help="EM iterations of IBM Model 1, which estimates the probability that a source "
+                        "piece translates as a target piece (default: %(default)s)")
 
 
 def check(parser, args) -> None:

@@ -76,7 +76,8 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--quiet", action="store_true",
-        help="no live progress bar, one line per segment (the default when output is not a terminal)",
+        help="no live progress bar: one progress line per stretch of steps between logging, checkpoint and "
+        "evaluation points instead (the default when output is not a terminal)",
     )
 
 

@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-best", type=int, default=1, help="translations per sentence (default: 1)")
     parser.add_argument(
         "--chunk-size", type=int, default=1000,
-        help="lines read, sorted by length and translated at a time (default: 1000)",
+        help="input lines read at a time: each chunk is sorted by length into batches, translated and "
+        "written out in input order before the next is read; bounds memory on long inputs (default: 1000)",
     )
     common.add_plot_attention_argument(parser, "each line's best translation")
 
