@@ -7,8 +7,9 @@ world laid out in a temporary directory: ``runs/en-fr`` is a copy of the session
 model (English digit words -> French), ``in.txt`` holds number sentences, ``serving_models/``,
 ``tflite_models/`` and ``pictures/`` are empty, and the local server serves the session's export.
 Each run's output is checked, not only its exit status. The commands that cannot run here are
-listed in PARSE_ONLY with the reason. The Python blocks of docs/python_api.md and README.md run
-too, with checked output. (The curl calls of docs/serving.md run against the local server in
+listed in PARSE_ONLY with the reason. The Python blocks of docs/python_api.md and docs/serving.md's
+SavedModel block run too, with checked output, and so does the README's quickstart: its commands run
+here and print the output the README shows under them. (The curl calls of docs/serving.md run against the local server in
 tests/serving/test_serving_client.py.)
 """
 
@@ -118,7 +119,7 @@ COMMANDS = [command for page in PAGES for command in python_commands(page)]
 FRAGMENTS = {
     "gnmt_tf.train --strategy NAME": "NAME stands for any of the strategies listed after it",
     "export --format saved_model": "names one option of the export command shown in full above it",
-    "export ... --quantize int8": "the elided export command shown in full in README.md",
+    "export ... --quantize int8": "the elided export command shown in full in docs/serving.md",
     "export ... --shortlist": "the elided export command shown in full in docs/tflite.md",
 }
 
@@ -126,12 +127,13 @@ FRAGMENTS = {
 PARSE_ONLY = {
     "pytest -q": "the test suite itself: test_the_readme_test_command_collects_the_suite collects it",
     "gnmt_tf.train": "trains the small config on the gettext catalogs for ten minutes",
+    "gnmt_tf.train --config tiny --set model.vocab_size=1000 --max-steps 100":
+        "the README's smoke run: two minutes of reading the gettext catalogs and training; tests/cli/test_train_cli.py "
+        "runs the command on a small TSV",
     "gnmt_tf.train --target-lang de": "trains the small config on the gettext catalogs for ten minutes",
     "gnmt_tf.train --set model.units=128 --max-steps 200": "200 steps of the small config: minutes",
     "gnmt_tf.train --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv --model-dir runs/wmt14-enfr":
         "the paper's recipe: WMT'14 data that is not here and days of training",
-    "gnmt_tf.train --refine qat --init-from DIR":
-        "DIR stands for a model; tests/quantization/test_qat.py runs --refine qat on the session's model",
     "gnmt_tf.train --refine qat --init-from runs/en-fr --model-dir runs/en-fr-qat":
         "fine-tunes for the small config's ten minutes; tests/quantization/test_qat.py runs it for 30 steps",
     "gnmt_tf.train --refine rl --init-from runs/en-fr --model-dir runs/en-fr-rl":
@@ -288,13 +290,14 @@ def test_documented_scripts_exist():
 class DocsWorld:
     """The places the documented commands name, laid out under a temporary directory."""
 
-    PLACES = ("runs/", "in.txt", "out.txt", "pairs.tsv", "pictures/", "serving_models/", "tflite_models/")
+    PLACES = ("runs/", "in.txt", "out.txt", "pairs.tsv", "test.tsv", "pictures/", "serving_models/", "tflite_models/")
 
     def __init__(self, root, model_dir, served_base):
         self.root = str(root)
         self.model_dir = os.path.join(self.root, "runs", "en-fr")
         shutil.copytree(model_dir, self.model_dir)
         write_number_shortlist(self.model_dir)
+        shutil.copy(os.path.join(self.model_dir, "test.tsv"), self.path("test.tsv"))  # held out from train and dev
         with open(self.path("in.txt"), "w", encoding="utf-8") as handle:
             handle.writelines(line + "\n" for line in IN_TXT)
         with open(self.path("pairs.tsv"), "w", encoding="utf-8") as handle:
@@ -399,7 +402,7 @@ def check_translate(command, result, world):
 
 
 def check_evaluate(command, result, world):
-    with open(os.path.join(world.model_dir, "dev.tsv"), encoding="utf-8") as handle:
+    with open(world.path(command.args[command.args.index("--test") + 1]), encoding="utf-8") as handle:
         pairs = [line for line in handle if line.strip()]
     report = json.loads(result.stdout)
     assert report["sentences"] == len(pairs) and report["skipped_lines"] == 0
@@ -473,6 +476,26 @@ def documented_commands_to_run():
     return [by_key[key] for key in RUN_HERE]
 
 
+def readme_quickstart_outputs():
+    """(command, the text the README shows it printing) for each quickstart command that runs here.
+
+    In the README, a ```sh block whose last line is a command is followed by a ```text block with its
+    output; the commands of PARSE_ONLY show output captured once, by hand.
+    """
+    text = open(PAGES[0], encoding="utf-8").read()
+    pairs = []
+    for block, shown in re.findall(r"^```sh\n(.*?)^```\n```text\n(.*?)^```", text, flags=re.S | re.M):
+        [command] = commands_of_line("README.md", block.strip().splitlines()[-1])
+        if command.key in RUN_HERE:
+            pairs.append((command, shown))
+    return pairs
+
+
+def test_the_readme_quickstart_shows_output():
+    shown = readme_quickstart_outputs()
+    assert {c.module for c, _ in shown} == {"gnmt_tf.translate", "serving.client"}, shown
+
+
 def is_server(command):
     return command.module == "serving.server" and "--help" not in command.args
 
@@ -514,10 +537,15 @@ def test_documented_commands_run(trained_number_model, exported_number_model, tm
         assert "Traceback" not in result.stderr, (command.key, result.stderr[-3000:])
         CHECKS[command.module](command, result, world)
 
-    # README's Python block loads what the documented export writes (the session's export of the model).
-    [block] = code_blocks(os.path.join(ROOT, "README.md"), "python")
+    # The README's quickstart shows what its commands print: the output blocks under the ones run here.
+    for command, shown in readme_quickstart_outputs():
+        [result] = [r for c, r in results.items() if c.key == command.key]
+        assert result.stdout == shown, (command.key, result.stdout, shown)
+
+    # docs/serving.md's SavedModel block loads what the documented export writes (the session's export).
+    [block] = [b for b in code_blocks(os.path.join(ROOT, "docs", "serving.md"), "python") if "tf.saved_model.load" in b]
     block = block.replace('"serving_models/gnmt/1"', repr(os.path.join(world.served_base, "1")))
-    _, _, value = run_python_block(block, "README.md")
+    _, _, value = run_python_block(block, "docs/serving.md")
     assert [text.decode() for text in value["translations"].numpy()] == ["trois un quatre"]
     assert value["scores"].shape == (1,) and float(value["scores"][0]) < 0
 
