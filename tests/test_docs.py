@@ -609,7 +609,7 @@ def test_python_api_page_runs(trained_number_model, tmp_path, monkeypatch):
     # int8 inference: the same translation from int8 weights, and a smaller model.
     namespace, printed, _ = run_python_block(blocks[3], "docs/python_api.md")
     translation, sizes = printed.splitlines()
-    assert translation == str(["trois un quatre"])
+    assert translation == "trois un quatre"
     sizes = ast.literal_eval(sizes)
     assert set(sizes) == {"int8_bytes", "float32_bytes"} and 0 < sizes["int8_bytes"] < sizes["float32_bytes"]
     float_bytes = sum(v.numpy().nbytes for v in namespace["model"].variables)
