@@ -27,7 +27,7 @@ second signature would hold a second copy of every weight (TFLite freezes the we
 into each signature's function).
 
 int8 (``quantize="int8"``), per format, the path measured fastest on CPU
-(benchmarks/README.md):
+(benchmarks/README.md, section "Artifacts"):
 
 * ``saved_model``: eq. 12 storage (:class:`gnmt_tf.quantization.weights.Int8Weights`:
   int8 LSTM, softmax and embedding weights with one float scale per output

@@ -43,7 +43,7 @@ PYTHON_ONLY_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 REQUIREMENTS = (f"tensorflow=={TENSORFLOW}.*", f"tensorflow-text=={TENSORFLOW_TEXT}.*")  # and nothing else
 VENV_VARIABLE = "GNMT_TF_SERVING_RUNTIME_VENV"  # where the runtime's environment is (built there if absent)
 VENV_TIMEOUT = 120  # s, python -m venv
-PIP_TIMEOUT = 900  # s, pip install: ~75 s here with a quiet network, several times that on a busy machine
+PIP_TIMEOUT = 900  # s, pip install: minutes, more on a busy machine (benchmarks/README.md, "Serving runtime")
 RUN_TIMEOUT = 600  # s, one process in the runtime (a TensorFlow start, loading and calling exports)
 LOCK_TIMEOUT = VENV_TIMEOUT + PIP_TIMEOUT + 2 * RUN_TIMEOUT  # s, waiting for another process's build
 
@@ -166,7 +166,7 @@ def ensure_venv(path: Optional[str] = None, log=lambda message: None,
         shutil.rmtree(partial, ignore_errors=True)  # an interrupted build
         log(f"building {runtime_name()}'s environment in {path}")
         try:
-            # Without a pip of its own (ensurepip: ~5 s of CPU): this Python's pip installs into it (--python).
+            # Without a pip of its own (ensurepip would only cost CPU): this Python's pip installs into it.
             _run_build_step([sys.executable, "-m", "venv", "--without-pip", partial], VENV_TIMEOUT, "python -m venv")
             _run_build_step([sys.executable, "-m", "pip", "--python", venv_python(partial), "install", "--no-input",
                              "--retries", "2", "--timeout", "60", *requirements],

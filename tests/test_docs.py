@@ -137,7 +137,7 @@ PARSE_ONLY = {
     "gnmt_tf.train --refine qat --init-from runs/en-fr --model-dir runs/en-fr-qat":
         "fine-tunes for the small config's ten minutes; tests/quantization/test_qat.py runs it for 30 steps",
     "gnmt_tf.train --refine rl --init-from runs/en-fr --model-dir runs/en-fr-rl":
-        "refines until dev BLEU stalls: minutes; tests/test_reinforce.py runs it for 20 steps",
+        "refines until dev BLEU stalls: minutes; tests/training/test_reinforce.py runs it for 20 steps",
     "gnmt_tf.train --strategy mirrored --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv "
     "--set training.batch_size=1024": "several GPUs and WMT'14 data",
     "gnmt_tf.train --strategy mirrored --logical-cpus 2 --max-steps 100 --model-dir runs/en-fr-mirrored":

@@ -29,7 +29,7 @@ from gnmt_tf.cli.common import (
 )
 from gnmt_tf.cli.scaffold import Command
 
-DEFAULT_TOP_K = 50  # measured on the default data: benchmarks/README.md
+DEFAULT_TOP_K = 50  # measured on the default data: benchmarks/README.md, section "Vocabulary shortlist"
 DEFAULT_FREQUENT = 100
 DEFAULT_ITERATIONS = 5
 BATCH = 32  # python -m gnmt_tf.translate's default --batch-size, for the per-batch size reported

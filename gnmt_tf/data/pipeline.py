@@ -4,7 +4,9 @@
 bounded length), buckets similar lengths together and pads, yielding
 ``((source_ids, target_input_ids), target_output_ids)`` for teacher forcing.
 :func:`count_filtered` says how many pairs the length filter drops, so the caller
-can report it.
+can report it.  Training and evaluation compose the same small steps (text pairs,
+tokenizing, special ids, batching); training adds shuffling, the length filter and
+bucketing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ one per sentence)."""
 Tokenize = Callable[..., object]
 """A callable mapping a tf.string tensor [N] to a tf.RaggedTensor of int32 ids [N, None]
 (wordpieces only: no BOS/EOS)."""
+
+_PADDING = (PAD_ID, PAD_ID, PAD_ID)
 
 
 def make_dataset(
@@ -61,8 +65,6 @@ def make_dataset(
     ``seed`` (and the same TensorFlow global seed, which tf.data combines with it)
     two datasets yield the same batches.
     """
-    import tensorflow as tf
-
     if not pairs:
         raise DataError("make_dataset: no sentence pairs")
     if batch_size <= 0 or max_length <= 0 or bucket_width <= 0:
@@ -70,26 +72,67 @@ def make_dataset(
             f"batch_size, max_length and bucket_width must be positive, got {batch_size}, {max_length}, "
             f"{bucket_width}"
         )
-    boundaries = list(range(bucket_width + 1, max_length + 1, bucket_width))
-    if training and batch_tokens is not None:
-        if batch_tokens < max_length + 1:
-            raise ValueError(
-                f"batch_tokens ({batch_tokens}) must be at least max_length + 1 ({max_length + 1}) so that "
-                f"one pair of the longest allowed length fits in a batch"
-            )
-        # Bucket i holds longer-side lengths < boundaries[i], so its targets (with EOS) are at
-        # most boundaries[i] wide; the last bucket goes up to max_length (+1 for EOS).
-        widths = boundaries + [max_length + 1]
-        bucket_batch_sizes = [batch_tokens // width for width in widths]
+    if training:
+        batches = _training_batches(
+            pairs, tokenize, batch_size=batch_size, batch_tokens=batch_tokens, max_length=max_length,
+            bucket_width=bucket_width, shuffle_buffer=shuffle_buffer, seed=seed,
+        )
     else:
-        bucket_batch_sizes = [batch_size] * (len(boundaries) + 1)
+        batches = _evaluation_batches(pairs, tokenize, batch_size=batch_size)
+    return _for_teacher_forcing(batches, repeat=repeat)
+
+
+def _training_batches(
+    pairs, tokenize, *, batch_size, batch_tokens, max_length, bucket_width, shuffle_buffer, seed
+):
+    """Shuffled, length-filtered pairs in batches of similar length (see :func:`make_dataset`)."""
+    boundaries = _bucket_boundaries(max_length, bucket_width)
+    bucket_batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_size, batch_tokens)
+    dataset = _text_pairs(pairs).shuffle(
+        max(1, min(shuffle_buffer, len(pairs))), seed=seed, reshuffle_each_iteration=True
+    )
+    dataset = _within_length(_tokenized(dataset, tokenize), max_length)
+    return _bucketed(_with_special_ids(dataset), boundaries, bucket_batch_sizes)
+
+
+def _evaluation_batches(pairs, tokenize, *, batch_size):
+    """Every pair, in input order, in batches of ``batch_size`` consecutive pairs."""
+    dataset = _with_special_ids(_tokenized(_text_pairs(pairs), tokenize))
+    return dataset.padded_batch(batch_size, padding_values=_PADDING)
+
+
+def _bucket_boundaries(max_length: int, bucket_width: int) -> list:
+    """Bucket i holds pairs whose longer side has fewer than ``boundaries[i]`` wordpieces."""
+    return list(range(bucket_width + 1, max_length + 1, bucket_width))
+
+
+def _bucket_batch_sizes(boundaries: list, max_length: int, batch_size: int, batch_tokens: Optional[int]):
+    """Pairs per batch in each bucket: ``batch_size``, or as many as fit in ``batch_tokens``."""
+    if batch_tokens is None:
+        return [batch_size] * (len(boundaries) + 1)
+    if batch_tokens < max_length + 1:
+        raise ValueError(
+            f"batch_tokens ({batch_tokens}) must be at least max_length + 1 ({max_length + 1}) so that "
+            f"one pair of the longest allowed length fits in a batch"
+        )
+    # Bucket i holds longer-side lengths < boundaries[i], so its targets (with EOS) are at
+    # most boundaries[i] wide; the last bucket goes up to max_length (+1 for EOS).
+    widths = boundaries + [max_length + 1]
+    return [batch_tokens // width for width in widths]
+
+
+def _text_pairs(pairs: Sequence[Pair]):
+    """A dataset of (source, target) tf.string scalars."""
+    import tensorflow as tf
 
     sources = tf.constant([source for source, _ in pairs], dtype=tf.string)
     targets = tf.constant([target for _, target in pairs], dtype=tf.string)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-    if training:
-        buffer = max(1, min(shuffle_buffer, len(pairs)))
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    return tf.data.Dataset.from_tensor_slices((sources, targets))
+
+
+def _tokenized(dataset, tokenize: Tokenize):
+    """(source, target) strings to int32 wordpiece ids, tokenized ``TOKENIZE_CHUNK`` pairs at a time."""
+    import tensorflow as tf
 
     def tokenize_chunk(source_text, target_text):
         return (
@@ -97,11 +140,27 @@ def make_dataset(
             tf.cast(tokenize(target_text), tf.int32),
         )
 
-    dataset = (
+    return (
         dataset.batch(TOKENIZE_CHUNK)
         .map(tokenize_chunk, num_parallel_calls=tf.data.AUTOTUNE)  # ordered: deterministic
         .unbatch()
     )
+
+
+def _within_length(dataset, max_length: int):
+    """Drops pairs with more than ``max_length`` wordpieces on either side (section 8.3)."""
+    import tensorflow as tf
+
+    return dataset.filter(
+        lambda source_tokens, target_tokens: tf.logical_and(
+            tf.size(source_tokens) <= max_length, tf.size(target_tokens) <= max_length
+        )
+    )
+
+
+def _with_special_ids(dataset):
+    """(x, y) to (x + [EOS], [BOS] + y, y + [EOS])."""
+    import tensorflow as tf
 
     def add_special_ids(source_tokens, target_tokens):
         eos = tf.constant([EOS_ID], tf.int32)
@@ -112,27 +171,29 @@ def make_dataset(
             tf.concat([target_tokens, eos], 0),
         )
 
-    if training:
-        dataset = dataset.filter(
-            lambda source_tokens, target_tokens: tf.logical_and(
-                tf.size(source_tokens) <= max_length, tf.size(target_tokens) <= max_length
-            )
-        )
-    dataset = dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
 
-    if training:
-        # Bucket on the longer side's wordpiece count (the EOS/BOS adds 1 to both).
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda source, target_in, target_out: tf.maximum(
-                tf.shape(source)[0], tf.shape(target_out)[0]
-            ) - 1,
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=bucket_batch_sizes,
-            padding_values=(PAD_ID, PAD_ID, PAD_ID),
-        )
-    else:
-        dataset = dataset.padded_batch(batch_size, padding_values=(PAD_ID, PAD_ID, PAD_ID))
-    dataset = dataset.map(lambda source, target_in, target_out: ((source, target_in), target_out))
+
+def _bucketed(dataset, boundaries: list, bucket_batch_sizes: list):
+    """Padded batches of pairs of similar length, so that little of each batch is padding."""
+    import tensorflow as tf
+
+    # Bucket on the longer side's wordpiece count (the EOS/BOS adds 1 to both).
+    return dataset.bucket_by_sequence_length(
+        element_length_func=lambda source, target_in, target_out: tf.maximum(
+            tf.shape(source)[0], tf.shape(target_out)[0]
+        ) - 1,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=bucket_batch_sizes,
+        padding_values=_PADDING,
+    )
+
+
+def _for_teacher_forcing(batches, *, repeat: bool):
+    """Batches as ``((source_ids, target_input_ids), target_output_ids)``, repeated if asked, prefetched."""
+    import tensorflow as tf
+
+    dataset = batches.map(lambda source, target_in, target_out: ((source, target_in), target_out))
     if repeat:
         dataset = dataset.repeat()
     return dataset.prefetch(tf.data.AUTOTUNE)

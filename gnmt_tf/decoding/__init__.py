@@ -20,7 +20,6 @@ _PUBLIC = {
     "BeamSearchOutput": "gnmt_tf.decoding.beam",
     "beam_search": "gnmt_tf.decoding.beam",
     "GreedySearch": "gnmt_tf.decoding.greedy",
-    "greedy_decode": "gnmt_tf.decoding.greedy",
     "coverage_penalty": "gnmt_tf.decoding.penalties",
     "length_penalty": "gnmt_tf.decoding.penalties",
     "sequence_score": "gnmt_tf.decoding.penalties",

@@ -8,8 +8,8 @@ the strategy asks for it), appends it to the output, and ends the search at EOS;
 the driver ends it at its length limit. Subclasses only say how a token is chosen
 (keras-hub's ``Sampler.get_next_token``):
 
-* :class:`RandomSampling` (here): a draw from the softmax, for RL refinement
-  (section 5) and back-translation;
+* :class:`RandomSampling` (here): ``num_samples`` draws from the softmax per sentence, the
+  samples of RL refinement (section 5, :mod:`gnmt_tf.training.reinforce`);
 * :class:`gnmt_tf.decoding.greedy.GreedySearch`: the most probable token.
 """
 

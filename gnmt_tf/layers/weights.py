@@ -49,14 +49,12 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
 import tensorflow as tf
 
 
-# Measured on this project's AVX2 CPU (oneDNN through tf.matmul, one thread): a [k, n] kernel whose
-# row stride is a multiple of 2 KiB (n = 512, 1024, 4096: every LSTM kernel, 4 x units wide)
-# multiplies 16-128 rows at half the speed of one with 32 more columns (40-45 against 80-90
-# GFLOPS); at 2 threads the two are level. Padding copies the kernel, so it is done once per
-# search (ProductKernel), and only for searches of at least PADDED_PRODUCT_ROWS rows: with fewer,
-# a step is bound by reading the weights, not by the products, and the copy is pure cost
-# (trained small, one thread: batch 1 x beam 4 padded ran 13.6 against 16.8 sentences/s; batch 4:
-# +5-8%; batch 16: 50 against 34).
+# On x86 CPUs with one thread, oneDNN (through tf.matmul) multiplies a [k, n] kernel whose row stride
+# is a multiple of 2 KiB (n = 512, 1024, 4096: every LSTM kernel, 4 x units wide) far more slowly
+# than one with 32 more columns; at 2 threads the two are level. Padding copies the kernel, so it is
+# done once per search (ProductKernel), and only for searches of at least PADDED_PRODUCT_ROWS rows:
+# with fewer, a step is bound by reading the weights, not by the products, and the copy is pure
+# cost. The figures: benchmarks/README.md, section "Decoding".
 ALIASED_STRIDE_COLUMNS = 512  # float32 columns: 2 KiB
 PADDING_COLUMNS = 32
 PADDED_PRODUCT_ROWS = 16

@@ -59,13 +59,12 @@ on the fly with one scale per input vector (per row of ``x``,
 kernel with int32 accumulation (``tf.linalg.matmul(..., output_type=tf.int32)``)
 and rescaled: ``y = acc * s_x * s_w / 127**2`` (plus the offset term for
 Marian-style kernels). It is plain TensorFlow and works eagerly, in
-``tf.function`` and in ``tf.function(jit_compile=True)``. Measured on this
-project's 2-core CPU (``benchmarks/int8_matmul_benchmark.py``,
-``benchmarks/results/int8_matmul.json``): in a plain ``tf.function`` it is
-2-8x SLOWER than the float32 matmul; under ``jit_compile=True`` it is
-1.6-2.1x faster for a 1024x4096 LSTM kernel at batch 1 x beam 4 (2.8-4x when
-the weights do not fit in cache, as in a paper-size decoder), 1.2-1.5x at
-batch 16 x beam 4, and no faster (0.8-1.3x) for the 1024x32000 softmax.
+``tf.function`` and in ``tf.function(jit_compile=True)``. On x86 CPUs it is
+slower than the float32 matmul in a plain ``tf.function`` (TensorFlow has no fast
+int8 kernel outside XLA there); under ``jit_compile=True`` it is faster for the
+LSTM kernels at small batches, most when the weights do not fit in cache, and
+not for the softmax. The figures are in benchmarks/README.md, section "int8
+products" (``benchmarks/int8_matmul_benchmark.py``).
 
 Which kernels
 -------------

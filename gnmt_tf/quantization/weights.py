@@ -16,8 +16,8 @@ model's one mechanism for reading weights, a :class:`gnmt_tf.layers.weights.Weig
   int32 accumulation) with ``products="int8"``, or are dequantized and multiplied in
   float32 with ``products="float"`` (once per search, before its decoding loop:
   :meth:`gnmt_tf.layers.weights.WeightReader.reading_once`): the same storage, at float speed where int8
-  arithmetic is slower (benchmarks/README.md). Section 6 quantizes exactly these:
-  eq. 10-11 and the softmax weight ``W_s`` of eq. 13;
+  arithmetic is slower (benchmarks/README.md, section "int8 products"). Section 6 quantizes
+  exactly these: eq. 10-11 and the softmax weight ``W_s`` of eq. 13;
 * the two embedding tables: int8 with one scale per token (eq. 12 applied to
   each row). A lookup has no product, so the looked-up rows are dequantized;
   this is storage only, and what makes the model about 4x smaller;

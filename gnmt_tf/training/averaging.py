@@ -9,8 +9,9 @@ every update ``average <- decay_t * average + (1 - decay_t) * weight``, with Ten
 so that the average follows the weights closely while they change fast (early on, or in a
 short run: at step 1,000 it spans about the last 100 steps) and settles to ``decay`` (about
 ``1 / (1 - decay)`` steps) in a long one. The average smooths the noise of the last updates
-at no training cost beyond one multiply-add per weight; ``benchmarks/README.md`` has what
-it gains here against the raw weights and against averaging the last checkpoints.
+at no training cost beyond one multiply-add per weight; benchmarks/README.md, section
+"Translation quality per CPU minute", has what it gains here against the raw weights and
+against averaging the last checkpoints.
 
 The average is created with the model's trainable variables (under the training strategy's
 scope), updated inside the compiled training step (:meth:`gnmt_tf.models.gnmt.GNMT.train_step`,
