@@ -78,7 +78,8 @@ TENSORFLOW = GraphTarget()  # TensorFlow itself: Python, SavedModel, TF Serving
 
 # Every loop and branch on a tensor in the translator is written as tf.while_loop / tf.cond /
 # tf.where already, so AutoGraph would only re-parse the Python source of ~70 functions (model,
-# layers, strategies), which took 7 of the 9 s of a translator's first call.
+# layers, strategies): most of a translator's first call (benchmarks/README.md, "The translator's first
+# call without AutoGraph").
 graph_function = functools.partial(tf.function, autograph=False)
 
 
@@ -457,9 +458,9 @@ class Translator:
         batch_size: sentences decoded together (sorted by length first, as section 7 does).
         concurrent_batches: batches decoded at the same time, each on a thread of its own. A
             decoding step is a few products between many small ops; a second batch in flight
-            keeps the cores busy while the first runs those (on two cores, 1.1-1.3x the words/s
-            of a 2+2x256 model at batch 32; benchmarks/README.md). Each batch translates as it
-            would alone. 1: one after another.
+            keeps the cores busy while the first runs those (benchmarks/README.md, "Decoding
+            against the peer at the same size"). Each batch translates as it would alone. 1: one
+            after another.
         max_input_length: wordpieces per source sentence, EOS excluded (None: ``decoding.max_input_length``);
             a translation of a longer one has ``truncated=True``.
         truncate_long_inputs: truncate longer sentences (True) or raise ValueError (False).
