@@ -132,7 +132,8 @@ class Exporter:
 
     def translate(self, directory: str, sentences: Sequence[str],
                   switch: Optional[Dict[str, object]] = None) -> List[str]:
-        """Load the artifact from ``directory`` as its users would, and translate: the best translations' texts.
+        """Load the artifact from ``directory`` as its users would, and translate: the best translations'
+        texts.
 
         ``switch``: the inputs of ``translate_with_shortlist`` besides the sentences (``alpha``,
         ``beta``, ``beamsize``, ``use_shortlist``), for a format that switches the shortlist per
@@ -228,7 +229,8 @@ class TFLiteExporter(Exporter):
             raise ExportError("a TFLite model has no per-request shortlist switch")
 
         translator = TFLiteTranslator(os.path.join(directory, self.MODEL_FILE))
-        return [translation.text for batch in _batches(sentences) for translation in translator.translate(batch)]
+        return [translation.text for batch in _batches(sentences)
+                for translation in translator.translate(batch)]
 
 
 EXPORTERS: Dict[str, Type[Exporter]] = {"saved_model": SavedModelExporter, "tflite": TFLiteExporter}
@@ -395,8 +397,8 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlis
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
-    float_bleu = corpus_bleu(texts(Translator(model, tokenizer, decoding, shortlist=shortlist).translate(sources)),
-                             references).score
+    float_translator = Translator(model, tokenizer, decoding, shortlist=shortlist)
+    float_bleu = corpus_bleu(texts(float_translator.translate(sources)), references).score
     int8_bleu = corpus_bleu(exporter.translate(staging, sources), references).score
     drop = float_bleu - int8_bleu
     if drop > request.bleu_tolerance:

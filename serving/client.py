@@ -19,7 +19,7 @@ exponential backoff; everything else raises :class:`ServingRequestError` at once
 with the server's message.
 
     client = RestClient("http://localhost:8501", model="gnmt")
-    client.translate(["Open the file"])         # -> [Translation(text=..., score=...)]  (gnmt_tf.inference.results)
+    client.translate(["Open the file"])  # -> [Translation(text=..., score=...)] (gnmt_tf.inference.results)
 
 Command line::
 
@@ -119,7 +119,8 @@ class _Client:
         else:
             signature, scalars = "translate_with_shortlist", {**options, "use_shortlist": use_shortlist}
         outputs = self._predict(signature, sentences, scalars, version)
-        return [Translation(text, score=float(score)) for text, score in zip(outputs["translations"], outputs["scores"])]
+        return [Translation(text, score=float(score))
+                for text, score in zip(outputs["translations"], outputs["scores"])]
 
     def translate_nbest(self, sentences: Sequence[str], alpha: float = 0.2, beta: float = 0.2,
                         beamsize: float = 3.0, version: Optional[int] = None,
@@ -138,7 +139,8 @@ class _Client:
         outputs = self._predict(signature, sentences, scalars, version)
         result = []
         for texts, scores, lengths in zip(outputs["translations"], outputs["scores"], outputs["lengths"]):
-            result.append([Translation(t, score=float(s), length=int(n)) for t, s, n in zip(texts, scores, lengths)])
+            result.append([Translation(t, score=float(s), length=int(n))
+                           for t, s, n in zip(texts, scores, lengths)])
         return result
 
     # implemented per protocol

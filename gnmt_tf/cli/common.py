@@ -189,7 +189,8 @@ def load_translator(args):
 
 
 def warn_truncated(translations, max_input_length: int) -> None:
-    """Tell stderr how many of ``translations`` (or n-best lists) came from inputs longer than ``--max-input-length``."""
+    """Tell stderr how many of ``translations`` (or n-best lists) came from inputs longer than
+    ``--max-input-length``."""
     from gnmt_tf.inference.results import count_truncated
 
     truncated = count_truncated(translations)

@@ -1,5 +1,5 @@
-"""Text in, text out: the translator that is exported (:class:`TranslatorModule`), the Python API that wraps it
-(:class:`Translator`), and the :class:`Translation` every translator returns.
+"""Text in, text out: the translator that is exported (:class:`TranslatorModule`), the Python API that
+wraps it (:class:`Translator`), and the :class:`Translation` every translator returns.
 
 Names are imported on first use: :mod:`gnmt_tf.inference.results` needs no TensorFlow.
 """

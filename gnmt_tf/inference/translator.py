@@ -38,8 +38,8 @@ input; scoring given translations and greedy search always use the whole softmax
 
 Defined behaviour at the edges: an empty (or all-whitespace) sentence translates to
 ""; a sentence longer than ``max_input_length`` wordpieces is truncated to that many
-(the Python API can refuse it instead; a Translation says when its source was truncated); every output is at most
-``max_length_ratio`` x the source length (section 7).
+(the Python API can refuse it instead; a Translation says when its source was truncated);
+every output is at most ``max_length_ratio`` x the source length (section 7).
 """
 
 from __future__ import annotations
@@ -511,7 +511,8 @@ class Translator:
 
     # ------------------------------------------------------------------ preprocess and batches
     def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-        """Source ids [n, width] and piece counts [n] (before truncation); a long one refused unless truncating."""
+        """Source ids [n, width] and piece counts [n] (before truncation); a long one refused unless
+        truncating."""
         if not sentences:
             return np.zeros([0, 1], np.int32), np.zeros([0], np.int32)
         ids, counts = self.module.compiled_preprocess()(tf.constant(list(sentences), tf.string))
@@ -616,14 +617,16 @@ class Translator:
         return results
 
     def greedy(self, sentences: Sequence[str]) -> List[Translation]:
-        """Greedy translations (text only, no score), in input order; an empty sentence gets ``Translation("")``."""
+        """Greedy translations (text only, no score), in input order; an empty sentence gets
+        ``Translation("")``."""
         ids, counts = self._preprocess(sentences)
         results = [Translation("") for _ in sentences]
         greedy = self.module.compiled_greedy()
         batches = self._batches(ids, counts)
         for (chunk, _, _), texts in self._decoded(lambda chunk, batch, _: greedy(tf.constant(batch)).numpy(), batches):
             for row, i in enumerate(chunk):
-                results[i] = Translation(texts[row].decode("utf-8"), truncated=bool(counts[i] > self.max_input_length))
+                results[i] = Translation(texts[row].decode("utf-8"),
+                                         truncated=bool(counts[i] > self.max_input_length))
         return results
 
     # ------------------------------------------------------------------ score

@@ -71,8 +71,8 @@ def test_beam_width_2_is_built_into_the_export(exports, exported_number_model, t
         assert narrow_lists["scores"][row].tolist() == pytest.approx([h.score for h in hypotheses], abs=1e-4)
     # serving_default searches with the same beam.
     served = narrow.signatures["serving_default"](sentences=tf.constant(SENTENCES))["translations"].numpy()
-    assert [t.decode() for t in served] == [t.text for t in Translator(model, tokenizer, config.decoding).translate(
-        SENTENCES, beam_width=2)]
+    translations = Translator(model, tokenizer, config.decoding).translate(SENTENCES, beam_width=2)
+    assert [t.decode() for t in served] == [t.text for t in translations]
 
 
 def xla_compiled_functions(version_dir):

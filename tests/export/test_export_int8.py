@@ -50,8 +50,8 @@ def float_baseline(trained_number_model):
     assert len(pairs) == 100 and not dev_sources & {source for source, _ in pairs}
     sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
     model, tokenizer, config = load_model_dir(model_dir)
-    float_bleu = corpus_bleu([t.text for t in Translator(model, tokenizer, config.decoding).translate(sources)],
-                             references).score
+    translations = Translator(model, tokenizer, config.decoding).translate(sources)
+    float_bleu = corpus_bleu([t.text for t in translations], references).score
     assert float_bleu > 80  # a model that really translates, so the comparison means something
     return sources, references, float_bleu
 

@@ -129,7 +129,8 @@ def test_tflite_export_keeps_the_exports_setting(model_without_un, tmp_path):
     assert {"SCATTER_ND", "WHERE", "BATCH_MATMUL"} <= set(ops)  # the shortlisted softmax is in there
     assert set(custom_ops(ops)) == {"TFText>WhitespaceTokenizeWithOffsetsV2",
                                     "FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize"}
-    translations = [t.text for t in TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(SENTENCES)]
+    tflite = TFLiteTranslator(os.path.join(version, "translator.tflite"))
+    translations = [t.text for t in tflite.translate(SENTENCES)]
     assert not any("un" in text.split() for text in translations)
     assert translations[2] == "neuf" and translations[1] == ""
 

@@ -101,7 +101,8 @@ def test_tflite_translations_are_identical_to_tensorflow(exported):
         tflite = TFLiteTranslator(model, num_threads=1, xnnpack=xnnpack)
         translations = tflite.translate(TEST_SENTENCES)
         assert [t.text for t in translations] == expected
-        np.testing.assert_allclose([t.score for t in translations], reference["scores"].numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose([t.score for t in translations], reference["scores"].numpy(),
+                                   rtol=1e-4, atol=1e-4)
         # One at a time (another batch shape) gives the same translations.
         assert [tflite.translate([s])[0].text for s in TEST_SENTENCES[:4]] == expected[:4]
     assert tflite.translate([]) == []

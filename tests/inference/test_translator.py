@@ -21,7 +21,8 @@ def translator(trained_number_model):
 
 
 def test_beam_search_translates(translator):
-    assert [t.text for t in translator.translate(["three one four", "nine nine"])] == ["trois un quatre", "neuf neuf"]
+    translations = translator.translate(["three one four", "nine nine"])
+    assert [t.text for t in translations] == ["trois un quatre", "neuf neuf"]
 
 
 def test_edges_empty_single_token_and_too_long(translator):

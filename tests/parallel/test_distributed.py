@@ -470,7 +470,8 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     assert copy_loss_at_8 > loss_at_8 + 0.3, (loss_at_8, copy_loss_at_8)
     # It translates the dev sources as the chief did for the final dev BLEU it reported (the default
     # checkpoint, best/, with the default beam search, at the delta the weights were trained to), and that
-    # checkpoint, written from the chief's one-device copy, holds the weights of the ps checkpoint of its step.
+    # checkpoint, written from the chief's one-device copy, holds the weights of the ps checkpoint of its
+    # step.
     figure = re.search(r"^dev (BLEU = .*) \((beam [^;]*); (\S+)\)$", output, re.MULTILINE)
     assert figure, output[-2000:]
     printed_bleu, search, best_path = figure.groups()
@@ -481,4 +482,5 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     assert all(np.array_equal(a, b) for a, b in zip(best.get_weights(),
                                                     model_files.build_model(config, step_path).get_weights()))
     translations = Translator(best, tokenizer, config.decoding).translate([source for source, _ in dev_pairs])
-    assert corpus_bleu([t.text for t in translations], [target for _, target in dev_pairs]).text == printed_bleu
+    references = [target for _, target in dev_pairs]
+    assert corpus_bleu([t.text for t in translations], references).text == printed_bleu

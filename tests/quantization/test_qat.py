@@ -354,7 +354,7 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
     _, int8_before = _float_and_int8_loss(init_dir, train_pairs[:400])
     _, int8_after = _float_and_int8_loss(out_dir, train_pairs[:400])
     assert int8_after < int8_before, (int8_before, int8_after)
-    held_out, _ = read_tsv(os.path.join(init_dir, "test.tsv"))  # held out from training and from the dev split
+    held_out, _ = read_tsv(os.path.join(init_dir, "test.tsv"))  # held out from training and the dev split
     float_before, _ = _float_and_int8_loss(init_dir, held_out)
     float_after, int8_after = _float_and_int8_loss(out_dir, held_out)
     assert int8_after <= float_before, (float_before, int8_after)
