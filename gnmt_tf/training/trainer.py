@@ -17,6 +17,7 @@ A restarted cluster resumes from the chief's last checkpoint.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ class Trainer:
         self.last_perplexity: Optional[float] = None
         self.control: Optional[RunControl] = None
         self._evaluated_step: Optional[int] = None
+        self._best_evaluation: Optional[Tuple[str, Evaluation]] = None  # (best/ checkpoint, its figure)
         self._dev_loss = None
 
         with self.strategy.scope():
@@ -305,7 +307,7 @@ class Trainer:
         self._evaluated_step = step
         improved = self.dev_record.add(evaluation.bleu.score)
         if improved:
-            self.best_manager.save(checkpoint_number=step)
+            self._best_evaluation = (os.path.abspath(self.best_manager.save(checkpoint_number=step)), evaluation)
             model_files.write_best_bleu(self.model_dir, model_files.BestBleu(
                 evaluation.bleu.score, step, evaluation.bleu.signature))
         weights = "averaged weights" if self.weight_average is not None else "weights"
@@ -465,10 +467,7 @@ class Trainer:
             return TrainResult(step=self.step, stop_reason=reason)
         if self._evaluated_step != self.step:
             self.evaluate_dev(self.step)
-        # The figure of the model as translate and evaluate load it by default: the same code as
-        # python -m gnmt_tf.evaluate --model-dir DIR --test DIR/dev.tsv.
-        translator, _, checkpoint = load_translator(self.model_dir)
-        final = evaluate(translator, self.dev_pairs)
+        final, checkpoint = self._default_checkpoint_figure()
         chosen = list(range(0, len(self.dev_pairs), max(1, len(self.dev_pairs) // 5)))[:5]
         samples = [(*self.dev_pairs[i], final.hypotheses[i]) for i in chosen]
         return TrainResult(
@@ -476,6 +475,23 @@ class Trainer:
             dev_perplexity=self.last_perplexity, best_bleu=self.best_bleu,
             delta=model_files.model_delta(self.model), samples=samples,
         )
+
+
+    def _default_checkpoint_figure(self) -> Tuple[Evaluation, str]:
+        """Dev BLEU of the checkpoint translate and evaluate load by default, and its path: the figure of
+        python -m gnmt_tf.evaluate --model-dir DIR --test DIR/dev.tsv.
+
+        When that checkpoint is the best/ this run saved, its figure is the one measured when it was
+        saved: the same evaluate() on the same weights, decoded as load_translator decodes them
+        (float weights, no shortlist). Otherwise (best/ from before a restart, quantization-aware dev
+        translations, a shortlist) the checkpoint is loaded and evaluated.
+        """
+        checkpoint = model_files.find_checkpoint(self.model_dir)
+        if (self._best_evaluation is not None and self._best_evaluation[0] == os.path.abspath(checkpoint)
+                and self.dev_weights.transform is None and not model_files.has_shortlist(self.model_dir)):
+            return self._best_evaluation[1], checkpoint
+        translator, _, checkpoint = load_translator(self.model_dir)
+        return evaluate(translator, self.dev_pairs), checkpoint
 
 
 class _AveragedWriter:
