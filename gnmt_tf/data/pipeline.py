@@ -134,6 +134,9 @@ def _tokenized(dataset, tokenize: Tokenize):
     """(source, target) strings to int32 wordpiece ids, tokenized ``TOKENIZE_CHUNK`` pairs at a time."""
     import tensorflow as tf
 
+    # Traced as written: tf.data would run AutoGraph over tensorflow-text's tokenizer code, which has
+    # no tensor-dependent Python control flow to convert (benchmarks/README.md, "Command start-up").
+    @tf.autograph.experimental.do_not_convert
     def tokenize_chunk(source_text, target_text):
         return (
             tf.cast(tokenize(source_text), tf.int32),
