@@ -39,6 +39,7 @@ from gnmt_tf.data.readers import DataError
 from gnmt_tf.model_files import ModelDirError
 
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
 USAGE_STATUS = 2  # argparse's status for a usage error
 
 
@@ -144,6 +145,10 @@ def start_tensorflow(verbose: bool = False) -> None:
     Call it once, first thing after parsing the arguments: the lines are printed at the
     first import and at the first device query, which is why both happen here.
     """
+    # tf.keras as tf-keras, the Keras this package is built on: TensorFlow then does not import Keras 3
+    # at start-up, which it would for nothing (benchmarks/README.md, "Command start-up"). Importing
+    # tensorflow-model-optimization sets the same.
+    os.environ.setdefault(LEGACY_KERAS_VARIABLE, "1")
     if verbose or LOG_LEVEL_VARIABLE in os.environ:
         import tensorflow  # noqa: F401  (its lines go where TensorFlow sends them)
 

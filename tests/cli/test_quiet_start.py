@@ -42,9 +42,9 @@ def test_a_failing_start_shows_what_tensorflow_printed():
         "import sys, builtins\n"
         "real_import = builtins.__import__\n"
         "def failing(name, *a, **k):\n"
-        "    if name == 'tf_keras':\n"
+        "    if name == 'tensorflow_text':\n"
         "        sys.__stderr__.flush(); import os; os.write(2, b'captured diagnosis\\n')\n"
-        "        raise ImportError('no tf_keras here')\n"
+        "        raise ImportError('no tensorflow_text here')\n"
         "    return real_import(name, *a, **k)\n"
         "builtins.__import__ = failing\n"
         "from gnmt_tf.cli.scaffold import start_tensorflow\n"
@@ -53,4 +53,4 @@ def test_a_failing_start_shows_what_tensorflow_printed():
     result = subprocess.run([sys.executable, "-c", code], env=USER_ENV, cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode != 0
-    assert "captured diagnosis" in result.stderr and "no tf_keras here" in result.stderr
+    assert "captured diagnosis" in result.stderr and "no tensorflow_text here" in result.stderr
