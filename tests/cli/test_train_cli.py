@@ -48,19 +48,6 @@ def _write_tsv(path, pairs):
             handle.write(f"{source}\t{target}\n")
 
 
-def _dev_loss(model_dir):
-    model, tokenizer, config = model_files.load_model_dir(model_dir, which="latest")
-    from gnmt_tf.data import make_dataset
-
-    pairs = model_files.read_dev_split(model_dir)
-    data = make_dataset(pairs, tokenizer.tokenize, batch_size=64, max_length=50, bucket_width=5,
-                        shuffle_buffer=1, seed=0, training=False)
-    from gnmt_tf.models.losses import SequenceCrossEntropy
-
-    model.compile(loss=SequenceCrossEntropy())
-    return model.evaluate(data, verbose=0, return_dict=True)["loss"]
-
-
 def _checkpoint_values(path):
     """{name: value} of every variable a checkpoint holds, but its own save counter and object graph."""
     reader = tf.train.load_checkpoint(path)
@@ -71,7 +58,7 @@ def _checkpoint_values(path):
 def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     """A run killed with SIGKILL resumes from its last checkpoint with every weight and every optimizer
     slot (Adam's moments, the step counter that sets the Adam/SGD phase and delta) as they were saved,
-    bit for bit, and trains on from there to the state of a run that was never interrupted."""
+    bit for bit, and trains on from there to the run's end (step, delta and optimizer phase)."""
     from gnmt_tf.models.gnmt import GNMT
 
     train_tsv, dev_tsv = str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv")
@@ -79,7 +66,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     _write_tsv(dev_tsv, number_word_pairs(50, seed=4))
     data_args = ["--train", train_tsv, "--dev", dev_tsv, *TINY_CLI_ARGS]
 
-    # The run to be killed is a process; the uninterrupted run and the resumed one run in this process.
+    # The run to be killed is a process; the resumed one runs in this process.
     killed = str(tmp_path / "killed")
     log = tmp_path / "killed.log"
     with open(log, "w") as handle:
@@ -105,10 +92,6 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     left = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed))
     assert left.endswith(f"ckpt-{step_at_kill}")
     saved = _checkpoint_values(left)  # read now: the resumed run deletes old checkpoints (keep_checkpoints)
-
-    straight = str(tmp_path / "straight")
-    straight_run = run_in_process(_train_cli(straight, *data_args, "--max-steps", "30"))
-    assert straight_run.returncode == 0, straight_run.stderr[-2000:]
 
     # The state the resumed run trains from: every variable of its model and optimizer when fit starts,
     # written as a checkpoint of the same objects.
@@ -139,13 +122,10 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     assert len(optimizer_slots) >= 2 * (len(model_weights) - 1) > 20
     assert sum(np.any(saved[name] != 0) for name in optimizer_slots) >= 0.9 * len(optimizer_slots)
 
-    # Training went on from there (every kernel moved) to where the uninterrupted run ended.
+    # Training went on from there (every kernel moved) to the end of the run.
     final = _checkpoint_values(tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)))
     assert all(not np.array_equal(final[name], saved[name]) for name in model_weights if "kernel" in name)
-    assert _final_state(killed) == _final_state(straight)  # (30, delta 1.0, SGD phase) for both
-    assert _final_state(straight) == (30, 1.0, False)
-    straight_loss, resumed_loss = _dev_loss(straight), _dev_loss(killed)
-    assert abs(straight_loss - resumed_loss) < 0.15 * straight_loss, (straight_loss, resumed_loss)
+    assert _final_state(killed) == (30, 1.0, False)  # step 30, delta annealed to 1, in the SGD phase
 
 
 def test_sigint_finishes_the_run_normally(tmp_path):
