@@ -110,8 +110,13 @@ def venv_python(path: str) -> str:
 
 
 def runtime_env() -> Dict[str, str]:
-    """The environment of processes in the runtime: no PYTHONPATH (nothing of this checkout), quiet TF."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    """The environment of processes in the runtime: no PYTHONPATH (nothing of this checkout), quiet TF.
+
+    Nor TF_USE_LEGACY_KERAS, which the commands (and importing tensorflow-model-optimization) set: it
+    makes TensorFlow import tf-keras, which the runtime, like TF Serving, does not have.
+    """
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("PYTHON") and name != "TF_USE_LEGACY_KERAS"}
     return dict(env, TF_CPP_MIN_LOG_LEVEL="2")
 
 
