@@ -53,7 +53,7 @@ from gnmt_tf.training.averaging import WeightAverage
 from gnmt_tf.training.schedules import BudgetDecay, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
-from gnmt_tf.layers.weights import WeightReader
+from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader
 
 Pair = Tuple[str, str]
 
@@ -476,7 +476,6 @@ class Trainer:
             delta=model_files.model_delta(self.model), samples=samples,
         )
 
-
     def _default_checkpoint_figure(self) -> Tuple[Evaluation, str]:
         """Dev BLEU of the checkpoint translate and evaluate load by default, and its path: the figure of
         python -m gnmt_tf.evaluate --model-dir DIR --test DIR/dev.tsv.
@@ -488,7 +487,7 @@ class Trainer:
         """
         checkpoint = model_files.find_checkpoint(self.model_dir)
         if (self._best_evaluation is not None and self._best_evaluation[0] == os.path.abspath(checkpoint)
-                and self.dev_weights.transform is None and not model_files.has_shortlist(self.model_dir)):
+                and self.dev_weights.transform is FLOAT_WEIGHTS and not model_files.has_shortlist(self.model_dir)):
             return self._best_evaluation[1], checkpoint
         translator, _, checkpoint = load_translator(self.model_dir)
         return evaluate(translator, self.dev_pairs), checkpoint

@@ -19,3 +19,41 @@ def test_the_final_dev_figure_is_what_evaluate_gives_on_the_default_checkpoint(t
     # and it says how it was decoded: the config's beam search, as evaluate ran it
     assert result.dev.search == (f"beam {report['beam_width']}, alpha {report['alpha']:g}, beta {report['beta']:g}, "
                                  f"beamsize {report['beamsize']:g}")
+
+
+def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_measure_it(tmp_path, monkeypatch):
+    """A run that saved best/ itself gives the figure it measured then; a resumed run whose best/ is from
+    before the restart loads that checkpoint and evaluates it (as python -m gnmt_tf.evaluate would)."""
+    from gnmt_tf.config import load_config
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.inference import evaluation
+    from gnmt_tf.training import trainer as trainer_module
+    from helpers import number_word_pairs
+
+    train_pairs = number_word_pairs(200, seed=1, min_len=1)
+    # Greek references, which the number task's vocabulary cannot write: every dev BLEU is 0, so only a
+    # directory's first evaluation is a new best.
+    dev_pairs = [(source, "μηδέν ένα δύο") for source, _ in number_word_pairs(4, seed=2)]
+    tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
+    config = load_config("tiny", overrides={
+        "model.vocab_size": tokenizer.vocab_size, "model.units": 8, "model.attention_units": 4,
+        "model.encoder_layers": 2, "model.decoder_layers": 2, "training.batch_size": 4,
+        "training.eval_every": 100, "training.checkpoint_every": 2})
+    model_dir = str(tmp_path / "model")
+    model_files.save_metadata(model_dir, config, tokenizer)
+    loads = []
+
+    def counted_load_translator(*args, **kwargs):
+        loads.append(args)
+        return evaluation.load_translator(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "load_translator", counted_load_translator)
+    first = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
+                                   verbose=0).train(max_steps=2)
+    assert loads == [] and first.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
+    # Resumed: its dev BLEU (0 again) is no new best, so best/ stays the first run's checkpoint, which
+    # this Trainer never evaluated.
+    result = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
+                                    verbose=0).train(max_steps=4)
+    assert loads == [(model_dir,)] and result.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
+    assert result.dev_checkpoint.endswith("-2")
