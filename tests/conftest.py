@@ -49,15 +49,23 @@ def _built_once_per_run(tmp_path_factory, name, build):
     exported model would be built once per worker. The first worker to arrive builds it
     under a file lock in the run's shared temporary directory and pickles what ``build``
     returned; the others wait for the lock and load that. Without xdist it simply builds.
+
+    GNMT_TESTS_KEEP_BUILT=<directory> keeps what is built there across runs, for someone
+    re-running a few test files while working on them (the fixture model trains for minutes);
+    delete the directory when the code that builds them changes.
     """
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    kept = os.environ.get("GNMT_TESTS_KEEP_BUILT")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and not kept:
         return build(tmp_path_factory.mktemp(name))
+    import pathlib
     import pickle
     import shutil
 
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent  # one directory per run, above the workers'
+    # one directory per run, above the workers', or the one kept across runs
+    shared = pathlib.Path(kept) if kept else tmp_path_factory.getbasetemp().parent
+    shared.mkdir(parents=True, exist_ok=True)
     directory, result = shared / name, shared / f"{name}.pickle"
     with FileLock(str(shared / f"{name}.lock")):
         if result.is_file():
