@@ -131,6 +131,14 @@ class ModelConfig:
                 f"{where}.residual_start: must be >= 2 (layer 1 has no previous layer to add), "
                 f"got {self.residual_start}"
             )
+        if self.decoder_layers == 1 and not self.input_feeding:
+            # Fig. 1: the context goes to the decoder layers above the bottom one, and the softmax reads
+            # the top layer; with the bottom layer alone and no input feeding, nothing reads the source.
+            raise ConfigError(
+                f"{where}.decoder_layers: one decoder layer without input_feeding never reads the attention "
+                f"context (it goes to the layers above the bottom one), so the model ignores its source; "
+                f"use 2 or more decoder layers, or input_feeding: true"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
         _positive(self, where, "logit_clip", "init_scale", "clip_delta")

@@ -114,6 +114,15 @@ def test_overrides_are_parsed_and_validated():
         parse_overrides(["units"])
 
 
+def test_a_decoder_that_cannot_read_the_source_is_refused():
+    """One decoder layer without input feeding: the context goes to no layer (fig. 1) and the softmax reads
+    the bottom layer alone, so the source could not change a translation."""
+    with pytest.raises(ConfigError, match="model.decoder_layers: one decoder layer without input_feeding"):
+        load_config("tiny", overrides={"model.decoder_layers": 1})
+    assert load_config("tiny", overrides={"model.decoder_layers": 1, "model.input_feeding": True}).model.decoder_layers == 1
+    assert load_config("tiny", overrides={"model.decoder_layers": 2}).model.decoder_layers == 2
+
+
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="no config file or shipped config named 'nope'"):
         load_config("nope")
