@@ -12,6 +12,16 @@ from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 
 
+# The tiny config's sizes at the least depth that still translates: the encoder's bi-directional layer
+# alone, and two decoder layers (the attention context reaches the softmax through the layer above the
+# bottom one, fig. 1). For the tests of what runs around a model (training runs, resuming, signals,
+# checkpoints, averaging), which its depth does not change: its first training step (tracing) takes
+# about two thirds of the 3+3 layers' time. The residual layers are tested on the 3+3 layers
+# (tests/models, the fixture model).
+SHALLOW = {"model.encoder_layers": 1, "model.decoder_layers": 2}
+SHALLOW_CLI_ARGS = [word for key, value in SHALLOW.items() for word in ("--set", f"{key}={value}")]
+
+
 def tiny_model_config(**overrides):
     """The shipped tiny config's model section, with field overrides."""
     return load_config("tiny", overrides={f"model.{k}": v for k, v in overrides.items()}).model

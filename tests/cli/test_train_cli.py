@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import model_files
-from helpers import ROOT, number_word_pairs, run_in_process
+from helpers import ROOT, SHALLOW_CLI_ARGS, number_word_pairs, run_in_process
 from test_training import _final_state
 
 
@@ -34,6 +34,7 @@ TINY_CLI_ARGS = [
     "--set", "training.sgd_learning_rate=0.1",
     "--set", "training.delta_anneal_steps=25",  # delta reaches 1.0 before the last step
     "--set", "data.dev_max_pairs=50",
+    *SHALLOW_CLI_ARGS,
 ]
 
 
@@ -181,7 +182,7 @@ def test_cli_default_data_smoke_run(tmp_path):
     model_dir = str(tmp_path / "model")
     result = run_in_process(  # the command's work, in this process
         _train_cli(model_dir, "--config", "tiny", "--set", "model.vocab_size=600", "--set", "data.dev_max_pairs=40",
-                   "--max-steps", "8"))
+                   *SHALLOW_CLI_ARGS, "--max-steps", "8"))
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "built-in data: gettext catalogs for en->fr" in out

@@ -103,7 +103,7 @@ def test_a_fixed_seed_draws_the_same_samples():
 
 def test_rl_sample_outputs_end_at_eos_or_stop_at_the_limit():
     """reinforce.sample_outputs on a real GNMT: the behaviour RL's estimator relies on."""
-    config = tiny_model_config(vocab_size=8, units=8, encoder_layers=2, decoder_layers=2, attention_units=4)
+    config = tiny_model_config(vocab_size=8, units=8, encoder_layers=1, decoder_layers=2, attention_units=4)
     model = GNMT(config)
     model.build()  # small random weights: a nearly flat softmax, samples of every length
     source = np.array([[4, EOS_ID, PAD_ID, PAD_ID], [5, 6, 7, EOS_ID]], np.int32)

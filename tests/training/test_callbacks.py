@@ -110,7 +110,7 @@ class _Record(keras.callbacks.Callback):
 @pytest.fixture(scope="module")
 def compiled():
     """A compiled model and a batch, shared (fit traces the step once); each test starts it at step 0."""
-    model = GNMT(tiny_model_config())
+    model = GNMT(tiny_model_config(encoder_layers=1, decoder_layers=2))  # helpers.SHALLOW: depth is not tested
     model.build()
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0))  # the steps, not learning, matter
     source, target_in, target_out = copy_task(np.random.default_rng(0), 4, model.model_config.vocab_size)

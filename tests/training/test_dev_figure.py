@@ -28,7 +28,7 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
     from gnmt_tf.inference import evaluation
     from gnmt_tf.training import trainer as trainer_module
-    from helpers import number_word_pairs
+    from helpers import SHALLOW, number_word_pairs
 
     train_pairs = number_word_pairs(200, seed=1, min_len=1)
     # Greek references, which the number task's vocabulary cannot write: every dev BLEU is 0, so only a
@@ -37,7 +37,7 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
     config = load_config("tiny", overrides={
         "model.vocab_size": tokenizer.vocab_size, "model.units": 8, "model.attention_units": 4,
-        "model.encoder_layers": 2, "model.decoder_layers": 2, "training.batch_size": 4,
+        **SHALLOW, "training.batch_size": 4,
         "training.eval_every": 100, "training.checkpoint_every": 2})
     model_dir = str(tmp_path / "model")
     model_files.save_metadata(model_dir, config, tokenizer)

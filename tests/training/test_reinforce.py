@@ -37,7 +37,7 @@ EMITTABLE = (EOS_ID, 3, 4, 5)
 
 def _tiny_model():
     config = tiny_model_config(
-        vocab_size=6, units=8, encoder_layers=2, decoder_layers=2, attention_units=4, init_scale=0.6
+        vocab_size=6, units=8, encoder_layers=1, decoder_layers=2, attention_units=4, init_scale=0.6
     )
     model = GNMT(config)
     model.build()
@@ -222,14 +222,14 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     """
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
     from gnmt_tf.training.trainer import Trainer
-    from helpers import number_word_pairs
+    from helpers import SHALLOW, number_word_pairs
 
     train_pairs = number_word_pairs(200, seed=1, min_len=1)
     dev_pairs = [(source, "μηδέν ένα δύο") for source, _ in number_word_pairs(4, seed=2)]
     tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
     base = load_config("tiny", overrides={
         "model.vocab_size": tokenizer.vocab_size, "model.units": 8, "model.attention_units": 4,
-        "model.encoder_layers": 2, "model.decoder_layers": 2, "training.batch_size": 4})
+        **SHALLOW, "training.batch_size": 4})
     config = refinement_config(base, {"rl.samples": 2, "rl.patience": 1, "training.eval_every": 2,
                                       "training.checkpoint_every": 2, "training.max_steps": 20})
     model_dir = str(tmp_path / "model")

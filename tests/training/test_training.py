@@ -11,7 +11,7 @@ from gnmt_tf.config import load_config
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.training.callbacks import RunControl
 from gnmt_tf.training.trainer import Trainer, TrainingDiverged
-from helpers import number_word_pairs
+from helpers import SHALLOW, number_word_pairs
 from conftest import MAX_NUMBER_MODEL_STEPS, NUMBER_MODEL_STEPS, QUALITY_CHECK_STEPS
 
 
@@ -72,7 +72,7 @@ def test_summaries_hold_the_logged_scalars(trained_number_model):
 
 
 def test_nan_loss_stops_with_a_message_naming_step_and_checkpoint(tmp_path):
-    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=50)
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(tmp_path, steps=50, **SHALLOW)
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     weight = trainer.model.decoder.softmax_projection.kernel
     weight.assign(tf.fill(weight.shape, float("nan")))
@@ -131,7 +131,7 @@ def _final_state(model_dir):
 def test_a_run_stopped_mid_anneal_is_used_at_its_trained_delta(tmp_path):
     # 20 steps of a 200-step anneal: delta ends near 8 - 7 * 19/200 = 7.3, far from 1.
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
-        tmp_path, steps=20, **{"training.delta_anneal_steps": 200, "training.eval_every": 20}
+        tmp_path, steps=20, **{"training.delta_anneal_steps": 200, "training.eval_every": 20, **SHALLOW}
     )
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     result = trainer.train()
@@ -174,7 +174,8 @@ def test_a_run_bounded_in_time_ends_fully_annealed(tmp_path):
     # 6 s, before the first step (tracing) ends.
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
         tmp_path, steps=100_000, **{"training.delta_anneal_steps": 100_000, "training.max_minutes": 0.1,
-                                    "training.delta_anneal_time_fraction": 0.1, "training.eval_every": 100_000}
+                                    "training.delta_anneal_time_fraction": 0.1, "training.eval_every": 100_000,
+                                    **SHALLOW}
     )
     result = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0).train()
     assert "time limit" in result.stop_reason and result.step < 100_000
