@@ -38,7 +38,15 @@ def tflite_paths(int8_exports):
 
 
 @pytest.fixture(scope="module")
-def float_baseline(trained_number_model):
+def float_model(trained_number_model):
+    """The fixture model's best checkpoint as Keras loads it (model, tokenizer, config), loaded once for
+    the tests that compare against it; they only read it."""
+    model_dir, _ = trained_number_model
+    return load_model_dir(model_dir)
+
+
+@pytest.fixture(scope="module")
+def float_baseline(trained_number_model, float_model):
     """Held-out sources, references and the float Keras model's BLEU on them.
 
     test.tsv, not the dev.tsv the exporter's BLEU gate reads: a measurement of its own, on
@@ -49,7 +57,7 @@ def float_baseline(trained_number_model):
     dev_sources = {source for source, _ in read_pairs(os.path.join(model_dir, "dev.tsv"))}
     assert len(pairs) == 100 and not dev_sources & {source for source, _ in pairs}
     sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
-    model, tokenizer, config = load_model_dir(model_dir)
+    model, tokenizer, config = float_model
     translations = Translator(model, tokenizer, config.decoding).translate(sources)
     float_bleu = corpus_bleu([t.text for t in translations], references).score
     assert float_bleu > 80  # a model that really translates, so the comparison means something
@@ -101,10 +109,10 @@ def test_tflite_int8_translates_within_tolerance_of_float(int8_exports, float_ba
     assert not any(op.startswith("Flex") for op in ops)
 
 
-def test_saved_model_stores_eq12_int8_weights(int8_exports):
+def test_saved_model_stores_eq12_int8_weights(int8_exports, float_model):
     """The variables inside the SavedModel are eq. 12 of the trained kernels, recomputed in NumPy."""
-    model_dir, paths = int8_exports
-    model, _, _ = load_model_dir(model_dir)
+    _, paths = int8_exports
+    model, _, _ = float_model
     loaded = tf.saved_model.load(paths["saved_model"])
     variables = list(loaded.model_variables) + list(loaded.weight_transform.variables_int8)
     stored = {v.name: v.numpy() for v in variables}
@@ -126,12 +134,11 @@ def test_saved_model_stores_eq12_int8_weights(int8_exports):
     assert any(stored[name].dtype == np.float32 for name in stored if "attention" in name)
 
 
-def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports):
+def test_tflite_int8_weights_are_eq12_per_output_unit(int8_exports, float_model):
     """TFLite's dynamic-range weights: one scale per output row, codes equal to eq. 12 in NumPy."""
     from export.tflite import int8_weight_tensors
 
-    model_dir, _ = int8_exports
-    model, _, _ = load_model_dir(model_dir)
+    model, _, _ = float_model
     with open(os.path.join(tflite_paths(int8_exports), TFLiteExporter.MODEL_FILE), "rb") as handle:
         tensors = int8_weight_tensors(handle.read())
     lstm = [v for v in model.variables if v.name.endswith(("/kernel:0", "/recurrent_kernel:0"))]
@@ -163,10 +170,11 @@ def synthetic_artifacts(trained_number_model, tmp_path_factory):
     import importlib.util
 
     from gnmt_tf.config import load_config
+    from gnmt_tf.model_files import load_metadata
     from gnmt_tf.models.gnmt import GNMT
 
     model_dir, _ = trained_number_model
-    _, tokenizer, config = load_model_dir(model_dir)
+    config, tokenizer = load_metadata(model_dir)  # the fixture's wordpieces and decoding; not its weights
     model_config = load_config("tiny", {"model.units": 320, "model.attention_units": 64,
                                          "model.encoder_layers": 2, "model.decoder_layers": 2, "model.dropout": 0.3,
                                          "model.vocab_size": tokenizer.vocab_size}).model
@@ -225,31 +233,46 @@ def test_dropout_is_in_training_graphs_and_in_no_export(synthetic_artifacts):
         assert len(ops) > 20 and not [op for op in ops if RANDOM_OP.search(op)], (format_name, quantize)
 
 
-def test_int8_bleu_check_rejects_a_drop_beyond_the_tolerance(trained_number_model, tmp_path, monkeypatch):
+def written_as(version_dir):
+    """A stand-in for ``Exporter.write`` that stages a copy of an export already made by the same exporter
+    (the fixture's, checked there), for a test of what the exporter does after writing: a write traces
+    and saves the whole translator again."""
+    import shutil
+
+    return lambda self, translator, directory: shutil.copytree(version_dir, directory)
+
+
+def test_int8_bleu_check_rejects_a_drop_beyond_the_tolerance(int8_exports, tmp_path, monkeypatch):
     """The exporter's BLEU gate fails loudly and leaves nothing behind when int8 loses too much."""
-    model_dir, _ = trained_number_model
+    model_dir, paths = int8_exports
     logs = []
+    monkeypatch.setattr(SavedModelExporter, "write", written_as(paths["saved_model"]))  # the int8 SavedModel
     # Make the artifact translate badly: every translation loses its last word.
     original = SavedModelExporter.translate
     monkeypatch.setattr(SavedModelExporter, "translate",
                         lambda self, d, s: [" ".join(t.split()[:-1]) for t in original(self, d, s)])
-    request = ExportRequest(model_dir=model_dir, output=str(tmp_path / "m"), quantize="int8", log=logs.append)
-    with pytest.raises(ExportError, match=r"the int8 saved_model loses .* BLEU .* more than the tolerance 0.5"):
+    # 20 dev sentences: a drop of a word in each is tens of BLEU on any number of them.
+    request = ExportRequest(model_dir=model_dir, output=str(tmp_path / "m"), quantize="int8", bleu_sentences=20,
+                            log=logs.append)
+    with pytest.raises(ExportError, match=r"the int8 saved_model loses .* BLEU on 20 dev sentences .* more than "
+                                          r"the tolerance 0.5"):
         export(request, "saved_model")
     assert os.listdir(tmp_path / "m") == []
 
 
-def test_bad_int8_requests_fail_clearly(trained_number_model, tmp_path, capsys):
+def test_bad_int8_requests_fail_clearly(int8_exports, tmp_path, capsys, monkeypatch):
     from export.__main__ import main as export_main
 
-    model_dir, _ = trained_number_model
+    model_dir, paths = int8_exports
     # A usage error ends before anything is loaded: checked in-process.
     code = export_main(["--model-dir", model_dir, "--output", str(tmp_path / "x"), "--format", "tflite", "--xla"])
     assert code == 2 and "--xla applies to --format saved_model only" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "x")
     with pytest.raises(ExportError, match="unknown quantization 'int4'"):
         export(ExportRequest(model_dir=model_dir, output=str(tmp_path / "y"), quantize="int4"), "saved_model")
-    # No dev split kept with the model: nothing to check int8 BLEU against.
+    # No dev split kept with the model: nothing to check int8 BLEU against (found once the export is
+    # written; a copy of the fixture's int8 SavedModel stands in for writing it again).
+    monkeypatch.setattr(SavedModelExporter, "write", written_as(paths["saved_model"]))
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in os.listdir(model_dir):
@@ -259,6 +282,7 @@ def test_bad_int8_requests_fail_clearly(trained_number_model, tmp_path, capsys):
     with pytest.raises(ExportError, match="has no dev.tsv to check the int8 export's BLEU"):
         export(ExportRequest(model_dir=str(bare), output=str(tmp_path / "z"), quantize="int8", log=lambda m: None),
                "saved_model")
+    assert os.listdir(tmp_path / "z") == []
 
 
 @pytest.mark.parametrize("format_name", ["saved_model", "tflite"])
