@@ -43,6 +43,12 @@ def exports(trained_number_model, tmp_path_factory):
     return paths
 
 
+@pytest.fixture(scope="module")
+def float_export(exported_number_model):
+    """The session's float export (the config's beam width, no XLA), loaded once for this file's tests."""
+    return tf.saved_model.load(exported_number_model)
+
+
 def nbest(loaded, sentences, **options):
     settings = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0, **options}
     outputs = loaded.signatures["translate_nbest"](
@@ -50,12 +56,12 @@ def nbest(loaded, sentences, **options):
     return {name: value.numpy() for name, value in outputs.items()}
 
 
-def test_beam_width_2_is_built_into_the_export(exports, exported_number_model, trained_number_model):
+def test_beam_width_2_is_built_into_the_export(exports, float_export, trained_number_model):
     from gnmt_tf.inference.translator import Translator
 
     model_dir, _ = trained_number_model
     narrow = tf.saved_model.load(exports["beam_2"])
-    default = tf.saved_model.load(exported_number_model)  # the config's beam width, 4
+    default = float_export  # the config's beam width, 4
     sentences = [s for s in SENTENCES if s]
     wide_open = dict(alpha=0.0, beta=0.0, beamsize=no_pruning())  # every list is as long as the beam allows
     narrow_lists, default_lists = nbest(narrow, sentences, **wide_open), nbest(default, sentences, **wide_open)
@@ -86,13 +92,14 @@ def xla_compiled_functions(version_dir):
     return [f.signature.name for f in functions if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b]
 
 
-def test_xla_export_compiles_its_steps_and_translates_like_the_float_export(exports, exported_number_model):
+def test_xla_export_compiles_its_steps_and_translates_like_the_float_export(exports, exported_number_model,
+                                                                          float_export):
     if "xla" not in exports:
         pytest.skip(xla_unavailable())
     assert xla_compiled_functions(exports["xla"])  # the decoding step is compiled with XLA ...
     assert not xla_compiled_functions(exported_number_model)  # ... and only with --xla
     xla = tf.saved_model.load(exports["xla"]).signatures["serving_default"]
-    plain = tf.saved_model.load(exported_number_model).signatures["serving_default"]
+    plain = float_export.signatures["serving_default"]
     compiled = xla(sentences=tf.constant(SENTENCES))  # one batch: XLA compiles each new shape once
     expected = plain(sentences=tf.constant(SENTENCES))
     assert compiled["translations"].numpy().tolist() == expected["translations"].numpy().tolist()

@@ -51,6 +51,14 @@ def exported(trained_number_model, exported_number_model):
     return model_dir, os.path.dirname(exported_number_model)
 
 
+@pytest.fixture(scope="module")
+def loaded(exported_number_model):
+    """The session's export loaded in this process, once for the tests that call its signatures here."""
+    import tensorflow as tf
+
+    return tf.saved_model.load(exported_number_model)
+
+
 def test_layout_and_fresh_process_without_gnmt_tf(exported):
     model_dir, base = exported
     assert sorted(os.listdir(base)) == ["1"]  # no staging directory left behind
@@ -162,13 +170,13 @@ def test_bad_exports_fail_clearly(trained_number_model, tmp_path):
     assert not (tmp_path / "y").exists() or not os.listdir(tmp_path / "y")
 
 
-def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, tmp_path):
+def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, loaded, tmp_path):
     """The fixture model's TFLite export against its SavedModel, on 20 held-out sentences and the edge
     cases: the same translations, and the same eq. 14 scores up to float32 rounding."""
     pytest.importorskip("ai_edge_litert")
     import tensorflow as tf
 
-    model_dir, saved_model_base = exported
+    model_dir, _ = exported
     base = str(tmp_path / "gnmt_tflite")
     result = export_command("--model-dir", model_dir, "--output", base, "--format", "tflite")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -183,7 +191,7 @@ def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, t
     sentences = SENTENCES + held_out
     results = TFLiteTranslator(os.path.join(version, "translator.tflite")).translate(sentences)
     translations, scores = [t.text for t in results], [t.score for t in results]
-    saved_model = tf.saved_model.load(os.path.join(saved_model_base, "1")).signatures["serving_default"]
+    saved_model = loaded.signatures["serving_default"]
     expected = saved_model(sentences=tf.constant(sentences))
     assert translations == [text.decode("utf-8") for text in expected["translations"].numpy()]
     np.testing.assert_allclose(scores, expected["scores"].numpy(), rtol=1e-4, atol=1e-4)
@@ -191,7 +199,7 @@ def test_tflite_export_through_the_cli_translates_as_the_saved_model(exported, t
     assert sum(bool(t) for t in translations) == len(sentences) - 1  # only the empty sentence is empty
 
 
-def test_warmup_records_replay_through_the_saved_model(exported):
+def test_warmup_records_replay_through_the_saved_model(exported, loaded):
     """assets.extra/tf_serving_warmup_requests: PredictionLog records that the SavedModel answers."""
     import tensorflow as tf
 
@@ -204,7 +212,6 @@ def test_warmup_records_replay_through_the_saved_model(exported):
     assert {r.model_spec.signature_name for r in requests} == {
         "serving_default", "translate_with_options", "translate_nbest"}
     assert all(r.model_spec.name == "gnmt" for r in requests)
-    loaded = tf.saved_model.load(version)
     for request in requests:
         signature = loaded.signatures[request.model_spec.signature_name]
         inputs = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
