@@ -273,6 +273,7 @@ def export(request: ExportRequest, format_name: str) -> str:
     request.log(f"exporting {checkpoint} (--checkpoint {request.checkpoint})")
     if request.quantize == "int8":
         _require_final_delta(request, model, config)
+        bleu_pairs = _int8_check_pairs(request)  # before the write: a missing dev split ends the export at once
     shortlist = read_shortlist(request.model_dir, vocab_size=tokenizer.vocab_size)
     if request.use_shortlist and shortlist is None:
         raise ExportError(f"--shortlist: {request.model_dir} has no vocabulary shortlist "
@@ -298,7 +299,7 @@ def export(request: ExportRequest, format_name: str) -> str:
         write_metadata(staging, request, format_name, checkpoint, decoding)
         request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
         if request.quantize == "int8":
-            _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlist)
+            _check_bleu(request, exporter, staging, model, tokenizer, decoding, bleu_pairs, shortlist)
         else:
             _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist)
         os.replace(staging, target)
@@ -382,10 +383,8 @@ def _check_identical(request, exporter, staging, model, tokenizer, decoding, sho
                 + (" with the shortlist on and off" if len(settings) > 1 else ""))
 
 
-def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlist=None) -> None:
-    """int8: dev BLEU of the export must stay within ``bleu_tolerance`` of the float model's."""
-    from gnmt_tf.metrics.bleu import corpus_bleu
-    from gnmt_tf.inference.translator import Translator
+def _int8_check_pairs(request):
+    """The dev pairs an int8 export's BLEU is checked on (the model directory's dev split)."""
     from gnmt_tf.model_files import DEV_FILE
 
     pairs = dev_pairs(request.model_dir, request.bleu_sentences)
@@ -394,6 +393,14 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding, shortlis
             f"{request.model_dir} has no {DEV_FILE} to check the int8 export's BLEU against; "
             f"int8 exports are only made from model directories written by python -m gnmt_tf.train"
         )
+    return pairs
+
+
+def _check_bleu(request, exporter, staging, model, tokenizer, decoding, pairs, shortlist=None) -> None:
+    """int8: dev BLEU of the export on ``pairs`` must stay within ``bleu_tolerance`` of the float model's."""
+    from gnmt_tf.metrics.bleu import corpus_bleu
+    from gnmt_tf.inference.translator import Translator
+
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
