@@ -351,25 +351,25 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
     init_dir, out_dir, code, _ = refined_number_model
     assert code == 0
     train_pairs, _ = read_tsv(os.path.join(os.path.dirname(init_dir), "train.tsv"))
-    _, int8_before = _float_and_int8_loss(init_dir, train_pairs[:400])
-    _, int8_after = _float_and_int8_loss(out_dir, train_pairs[:400])
-    assert int8_after < int8_before, (int8_before, int8_after)
     held_out, _ = read_tsv(os.path.join(init_dir, "test.tsv"))  # held out from training and the dev split
-    float_before, _ = _float_and_int8_loss(init_dir, held_out)
-    float_after, int8_after = _float_and_int8_loss(out_dir, held_out)
+    before = _float_and_int8_losses(init_dir, train_pairs[:400], held_out)
+    after = _float_and_int8_losses(out_dir, train_pairs[:400], held_out)
+    assert after["int8"][0] < before["int8"][0], (before, after)
+    float_before, int8_after, float_after = before["float"][1], after["int8"][1], after["float"][1]
     assert int8_after <= float_before, (float_before, int8_after)
     assert abs(int8_after - float_after) < 0.05 * float_after  # int8 costs (almost) nothing
 
 
-def _float_and_int8_loss(model_dir, pairs):
+def _float_and_int8_losses(model_dir, *pair_sets):
+    """{"float": [loss on each pair set], "int8": [...]} of the latest checkpoint of ``model_dir``."""
     model, tokenizer, _ = model_files.load_model_dir(model_dir, which="latest")
-    data = make_dataset(pairs, tokenizer.tokenize, batch_size=len(pairs), max_length=50, bucket_width=50,
-                        shuffle_buffer=1, seed=0, training=False)
-    model.compile(loss=SequenceCrossEntropy())
-    float_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
-    model.compile(loss=SequenceCrossEntropy(), weight_transform=FakeQuantizedWeights(model))
-    int8_loss = model.evaluate(data, verbose=0, return_dict=True)["loss"]
-    return float_loss, int8_loss
+    datasets = [make_dataset(pairs, tokenizer.tokenize, batch_size=len(pairs), max_length=50, bucket_width=50,
+                             shuffle_buffer=1, seed=0, training=False) for pairs in pair_sets]
+    losses = {}
+    for name, transform in (("float", None), ("int8", FakeQuantizedWeights(model))):
+        model.compile(loss=SequenceCrossEntropy(), weight_transform=transform)
+        losses[name] = [model.evaluate(data, verbose=0, return_dict=True)["loss"] for data in datasets]
+    return losses
 
 
 def test_cli_refine_errors(trained_number_model, tmp_path, capsys):
