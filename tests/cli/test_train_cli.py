@@ -1,4 +1,4 @@
-"""python -m gnmt_tf.train as a user runs it: kill -9 and resume, Ctrl-C, the built-in data, bad input.
+"""python -m gnmt_tf.train as a user runs it: kill -9 and resume, Ctrl-C on the built-in data, bad input.
 
 A run that a signal ends is a subprocess with a watchdog (a timeout or a deadline) that ends it by
 itself; the others run in this process (helpers.run_in_process), which spares a TensorFlow start each.
@@ -129,19 +129,25 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     assert _final_state(killed) == (30, 1.0, False)  # step 30, delta annealed to 1, in the SGD phase
 
 
-def test_sigint_finishes_the_run_normally(tmp_path):
-    """Ctrl-C ends the run at the next step as a normal end: evaluation, samples, a final checkpoint, status 0.
+def test_ctrl_c_ends_a_run_on_the_built_in_data_normally(tmp_path):
+    """The main command on its default, the built-in data, ended by Ctrl-C: a normal end at the next step
+    (evaluation, samples, a final checkpoint, status 0) and a complete model directory.
 
     The run is the command's main() in this process; a thread sends this process SIGINT once the run has
     written a checkpoint (its handler is installed by then). --max-minutes 4 is the run's watchdog. A SIGINT
     that the run leaves unhandled meets the test's own handler and fails the test, rather than
-    interrupting the test session.
+    interrupting the test session. Without gettext catalogs (no built-in data) it trains on number pairs.
     """
     import threading
 
-    train_tsv = str(tmp_path / "train.tsv")
-    _write_tsv(train_tsv, number_word_pairs(1500, seed=5))
+    built_in = os.path.isdir("/usr/share/locale/fr/LC_MESSAGES")
     model_dir = str(tmp_path / "model")
+    if built_in:
+        data_args = ["--set", "model.vocab_size=600", "--set", "data.dev_max_pairs=40"]
+    else:
+        train_tsv = str(tmp_path / "train.tsv")
+        _write_tsv(train_tsv, number_word_pairs(1500, seed=5))
+        data_args = ["--train", train_tsv]
     finished = threading.Event()
 
     def interrupt_after_a_checkpoint():
@@ -162,32 +168,21 @@ def test_sigint_finishes_the_run_normally(tmp_path):
     interrupter = threading.Thread(target=interrupt_after_a_checkpoint, daemon=True)
     try:
         interrupter.start()
-        result = run_in_process(_train_cli(model_dir, "--train", train_tsv, *TINY_CLI_ARGS, "--max-steps", "100000",
+        result = run_in_process(_train_cli(model_dir, *TINY_CLI_ARGS, *data_args, "--max-steps", "100000",
                                            "--max-minutes", "4"))
     finally:
         finished.set()
         interrupter.join(10)
         signal.signal(signal.SIGINT, previous)
-    assert result.returncode == 0, result.stderr[-2000:]
-    stdout = result.stdout
-    assert "signal SIGINT" in stdout and "BLEU" in stdout and "sample translations" in stdout
-    step = int(stdout.split("stopped at step ")[1].split(":")[0])
-    assert tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
-
-
-def test_cli_default_data_smoke_run(tmp_path):
-    """The main command's path on the built-in data, bounded to a few steps."""
-    if not os.path.isdir("/usr/share/locale/fr/LC_MESSAGES"):
-        pytest.skip("no gettext catalogs on this machine")
-    model_dir = str(tmp_path / "model")
-    result = run_in_process(  # the command's work, in this process
-        _train_cli(model_dir, "--config", "tiny", "--set", "model.vocab_size=600", "--set", "data.dev_max_pairs=40",
-                   *SHALLOW_CLI_ARGS, "--max-steps", "8"))
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "built-in data: gettext catalogs for en->fr" in out
-    assert "held out 40 pairs as the dev split" in out
-    assert "learned a shared wordpiece vocabulary" in out
+    assert "signal SIGINT" in out
+    step = int(out.split("stopped at step ")[1].split(":")[0])
+    assert tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
+    if built_in:
+        assert "built-in data: gettext catalogs for en->fr" in out
+        assert "held out 40 pairs as the dev split" in out
+        assert "learned a shared wordpiece vocabulary" in out
     assert "dev BLEU = " in out and "nrefs:1" in out and "sample translations" in out
     for name in ("config.yaml", "wordpieces.txt", "dev.tsv", "checkpoints", "best", "logs"):
         assert os.path.exists(os.path.join(model_dir, name)), name
