@@ -91,12 +91,9 @@ def trained_number_model(tmp_path_factory):
 # The fixture model is trained until it meets a stated quality, not for a fixed number of steps: a
 # barely trained model lands somewhere else on another CPU's kernels (its float rounding differs), and
 # the tests built on it assert what an adequately trained model does. Training starts with
-# a recipe of NUMBER_MODEL_STEPS Adam steps (delta annealed over the first half) of NUMBER_MODEL_BATCH
-# pairs (a step of this tiny model costs about the same at batch 32 and 64: per-op overhead, not
-# arithmetic), then SGD. It checks FIXTURE_QUALITY first after QUALITY_CHECK_STEPS of SGD (the Adam
-# phase alone has not reached it on this machine's kernels: measured, every run needed them; a check
-# costs a dev evaluation and two decodings of the probes), then after each QUALITY_CHECK_STEPS more,
-# and fails the run with what it measured after MAX_NUMBER_MODEL_STEPS.
+# NUMBER_MODEL_STEPS steps of NUMBER_MODEL_BATCH pairs (a step of this tiny model costs about the same
+# at batch 32 and 64: per-op overhead, not arithmetic), then goes on QUALITY_CHECK_STEPS at a time
+# until FIXTURE_QUALITY holds, or fails the run with what it measured after MAX_NUMBER_MODEL_STEPS.
 NUMBER_MODEL_STEPS, NUMBER_MODEL_BATCH = 600, 64
 QUALITY_CHECK_STEPS, MAX_NUMBER_MODEL_STEPS = 100, 1500
 # The sentences the tests translate and expect the number task's answer for (up to five words, the
@@ -134,7 +131,7 @@ def _train_number_model(tmp_path):
         for source, target in test_pairs:
             handle.write(f"{source}\t{target}\n")
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
-    steps = NUMBER_MODEL_STEPS + QUALITY_CHECK_STEPS
+    steps = NUMBER_MODEL_STEPS
     while True:
         result = trainer.train(max_steps=steps)
         shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
