@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checko
 # (tests/models, the fixture model).
 SHALLOW = {"model.encoder_layers": 1, "model.decoder_layers": 2}
 SHALLOW_CLI_ARGS = [word for key, value in SHALLOW.items() for word in ("--set", f"{key}={value}")]
+SHALLOW_MODEL = {key.split(".", 1)[1]: value for key, value in SHALLOW.items()}  # for tiny_model_config
 
 
 def tiny_model_config(**overrides):

@@ -8,7 +8,7 @@ import tf_keras as keras
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.training.averaging import WeightAverage
-from helpers import copy_task, tiny_model_config
+from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
 
 def numpy_average(history, decay):
@@ -43,7 +43,7 @@ def test_the_average_follows_the_exponential_rule_with_its_warm_up():
 def test_the_training_step_moves_the_average_after_each_update():
     """fit on a tiny model: after each step the average is the rule applied to the weights each step left."""
     keras.utils.set_random_seed(3)
-    model = GNMT(tiny_model_config(dropout=0.0, encoder_layers=1, decoder_layers=2))  # helpers.SHALLOW
+    model = GNMT(tiny_model_config(dropout=0.0, **SHALLOW_MODEL))
     model.build()
     average = WeightAverage(model.trainable_variables, decay=0.5)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=SequenceCrossEntropy(), weight_average=average)

@@ -13,7 +13,7 @@ import tf_keras as keras
 from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.training.callbacks import DeltaAnnealing, SegmentBoundaries
 from gnmt_tf.training.schedules import DeltaSchedule
-from helpers import copy_task, tiny_model_config
+from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
 
 class FakeModel:
@@ -110,7 +110,7 @@ class _Record(keras.callbacks.Callback):
 @pytest.fixture(scope="module")
 def compiled():
     """A compiled model and a batch, shared (fit traces the step once); each test starts it at step 0."""
-    model = GNMT(tiny_model_config(encoder_layers=1, decoder_layers=2))  # helpers.SHALLOW: depth is not tested
+    model = GNMT(tiny_model_config(**SHALLOW_MODEL))  # depth is not what is tested
     model.build()
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0))  # the steps, not learning, matter
     source, target_in, target_out = copy_task(np.random.default_rng(0), 4, model.model_config.vocab_size)

@@ -17,11 +17,11 @@ from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.objectives import Batch, MaximumLikelihood
 from gnmt_tf.training.reinforce import MixedObjective
 from gnmt_tf.vocab import PAD_ID
-from helpers import copy_task, tiny_model_config
+from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
 
-def _model():
-    model = GNMT(tiny_model_config(dropout=0.0))
+def _model(**overrides):
+    model = GNMT(tiny_model_config(dropout=0.0, **overrides))
     model.build()
     return model
 
@@ -142,8 +142,7 @@ def test_compile_refuses_what_the_step_cannot_honour():
 
 
 def test_a_saved_compiled_model_loads_compiled_and_trains_on_as_the_original(rng, tmp_path):
-    model = GNMT(tiny_model_config(dropout=0.0, encoder_layers=1, decoder_layers=2))  # helpers.SHALLOW
-    model.build()
+    model = _model(**SHALLOW_MODEL)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=SequenceCrossEntropy())
     source, target_in, target_out = copy_task(rng, 8, model.model_config.vocab_size)
     model.fit((source, target_in), target_out, epochs=1, verbose=0)
