@@ -61,7 +61,11 @@ class ModelConfig:
     encoder_layers: int = _doc(
         "Encoder depth counting the bi-directional bottom layer as one (paper: 8).", default=8
     )
-    decoder_layers: int = _doc("Decoder depth (paper: 8).", default=8)
+    decoder_layers: int = _doc(
+        "Decoder depth (paper: 8). One layer needs `input_feeding: true`: fig. 1 sends the attention "
+        "context only to the layers above the bottom one, so a lone layer without it never reads the source.",
+        default=8,
+    )
     residual_start: int = _doc(
         "First layer (1-based) whose output is added to its input, x^i = m^i + x^(i-1) "
         "(eq. 6; paper: 3, i.e. 'from the third layer up').",
