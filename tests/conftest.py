@@ -131,11 +131,12 @@ def _train_number_model(tmp_path):
         for source, target in test_pairs:
             handle.write(f"{source}\t{target}\n")
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    check = FixtureCheck(model_dir, test_pairs)
     steps = NUMBER_MODEL_STEPS
     while True:
         result = trainer.train(max_steps=steps)
         shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
-                              if (problem := fixture_shortfall(model_dir, which, test_pairs)))
+                              if (problem := check.shortfall(which)))
         if not shortfall:
             return model_dir, result
         if steps >= MAX_NUMBER_MODEL_STEPS:
@@ -153,30 +154,50 @@ def _distinct_checkpoints(model_dir):
     return ("best",) if step("best") == step("latest") else ("best", "latest")
 
 
-def fixture_shortfall(model_dir, which, held_out_pairs):
-    """What checkpoint ``which`` of the fixture model still gets wrong of FIXTURE_QUALITY ("" when it meets it).
+class FixtureCheck:
+    """What a checkpoint of the fixture model still gets wrong of FIXTURE_QUALITY ("" when it meets it).
 
-    Both checkpoints the tests load ("best", the default, and "latest") must meet it.
+    Both checkpoints the tests load ("best", the default, and "latest") must meet it. One model and
+    one translator serve every check of a build: each checkpoint is restored into the same variables,
+    so the translator's searches are traced once, not once per checkpoint and round.
     """
-    from gnmt_tf import model_files
-    from gnmt_tf.inference.translator import Translator
-    from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS
 
-    model, tokenizer, config = model_files.load_model_dir(model_dir, which=which, warn=lambda message: None)
-    translator = Translator(model, tokenizer, config.decoding)
-    french = dict(zip(ENGLISH_NUMBERS, FRENCH_NUMBERS))
-    expected = [" ".join(french[word] for word in sentence.split()) for sentence in PROBE_SENTENCES]
-    problems = []
-    for name, outputs in (("greedy", [t.text for t in translator.greedy(list(PROBE_SENTENCES))]),
-                          ("beam", [t.text for t in translator.translate(list(PROBE_SENTENCES))])):
-        wrong = [(s, o) for s, o, e in zip(PROBE_SENTENCES, outputs, expected) if o != e]
-        if wrong:
-            problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
-    outputs = [t.text for t in translator.translate([source for source, _ in held_out_pairs])]
-    exact = sum(o == target for o, (_, target) in zip(outputs, held_out_pairs)) / len(held_out_pairs)
-    if exact < HELD_OUT_EXACT:
-        problems.append(f"{exact:.0%} of the held-out pairs exact")
-    return "; ".join(problems)
+    def __init__(self, model_dir, held_out_pairs):
+        self.model_dir, self.held_out_pairs = model_dir, held_out_pairs
+        self.model = self.translator = None
+
+    def _load(self, which):
+        import tensorflow as tf
+
+        from gnmt_tf import model_files
+        from gnmt_tf.inference.translator import Translator
+
+        path = model_files.find_checkpoint(self.model_dir, which)
+        if self.model is None:
+            config, tokenizer = model_files.load_metadata(self.model_dir)
+            self.model = model_files.build_model(config, path)
+            self.translator = Translator(self.model, tokenizer, config.decoding)
+        else:  # every variable, the trained delta included (build_model's restore)
+            tf.train.Checkpoint(model=self.model).restore(path).assert_existing_objects_matched().expect_partial()
+
+    def shortfall(self, which):
+        from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS
+
+        self._load(which)
+        french = dict(zip(ENGLISH_NUMBERS, FRENCH_NUMBERS))
+        expected = [" ".join(french[word] for word in sentence.split()) for sentence in PROBE_SENTENCES]
+        problems = []
+        for name, outputs in (("greedy", [t.text for t in self.translator.greedy(list(PROBE_SENTENCES))]),
+                              ("beam", [t.text for t in self.translator.translate(list(PROBE_SENTENCES))])):
+            wrong = [(s, o) for s, o, e in zip(PROBE_SENTENCES, outputs, expected) if o != e]
+            if wrong:
+                problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
+        pairs = self.held_out_pairs
+        outputs = [t.text for t in self.translator.translate([source for source, _ in pairs])]
+        exact = sum(o == target for o, (_, target) in zip(outputs, pairs)) / len(pairs)
+        if exact < HELD_OUT_EXACT:
+            problems.append(f"{exact:.0%} of the held-out pairs exact")
+        return "; ".join(problems)
 
 
 def held_out_number_pairs(count, seen_pairs):
