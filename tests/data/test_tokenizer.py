@@ -81,7 +81,8 @@ def traced_round_trip(tokenizer, strings):
             lambda batch: tokenizer.detokenize(tokenizer.tokenize(batch)),
             input_signature=[tf.TensorSpec([None], tf.string)]))
     _, function = _TRACED_ROUND_TRIPS[id(tokenizer)]
-    return [s.decode("utf-8") for s in function(tf.constant(strings, tf.string, shape=[len(strings)])).numpy().tolist()]
+    batch = tf.constant(strings, tf.string, shape=[len(strings)])
+    return [s.decode("utf-8") for s in function(batch).numpy().tolist()]
 
 
 def ws_fold(text):
