@@ -2,7 +2,7 @@
 
 Every ``python -m MODULE ...`` of README.md and docs/*.md (in ```sh blocks, and in inline code
 spans with arguments) is parsed with that command's parser, so a renamed or removed
-flag fails here. Then every one that can run in seconds runs, side by side, in a copy of the docs'
+flag fails here. Then every one that can run in seconds runs, in a copy of the docs'
 world laid out in a temporary directory: ``runs/en-fr`` is a copy of the session's trained number
 model (English digit words -> French), ``in.txt`` holds number sentences, ``serving_models/``,
 ``tflite_models/`` and ``pictures/`` are empty, and the local server serves the session's export.
@@ -36,7 +36,6 @@ from helpers import (
     number_word_pairs,
     package_metadata,
     run_in_process,
-    run_side_by_side,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -501,7 +500,7 @@ def is_server(command):
 
 
 def test_documented_commands_run(trained_number_model, exported_number_model, tmp_path):
-    """Every command of RUN_HERE, side by side, against the docs' world; then each one's output is checked.
+    """Every command of RUN_HERE against the docs' world; then each one's output is checked.
 
     The documented server serves the session's export from the start (the docs export first and then
     serve; here the export command runs at the same time), and the clients run once it serves.
@@ -517,18 +516,14 @@ def test_documented_commands_run(trained_number_model, exported_number_model, tm
     clients = [c for c in commands if c.module == "serving.client"]
     others = [c for c in commands if c not in clients and c is not server_command]
 
-    # gnmt_tf's own commands run in this process (main(args): the command's whole work, without
-    # another TensorFlow start); the server, its clients and the --help runs as processes.
-    in_process = [c for c in others if c.module.startswith("gnmt_tf.") and "--help" not in c.args]
-    processes = [c for c in others if c not in in_process]
+    # The server runs as a process, as documented; the other commands, its clients too, run in this
+    # process while it loads (main(args): the command's whole work, without another TensorFlow start).
     server = ServerProcess(world.argv(server_command)[3:], watchdog_seconds=600)
     try:
-        results = dict(zip(processes, run_side_by_side(*[(world.argv(c), world.stdin(c)) for c in processes],
-                                                       env=ENV, timeout=600)))
-        results.update((c, run_in_process(world.argv(c), world.stdin(c))) for c in in_process)
+        results = {c: run_in_process(world.argv(c), world.stdin(c)) for c in others}
         server.wait_until_serving()
-        results.update(zip(clients, run_side_by_side(
-            *[(world.argv(c, grpc_port=server.grpc_port), world.stdin(c)) for c in clients], env=ENV, timeout=300)))
+        results.update((c, run_in_process(world.argv(c, grpc_port=server.grpc_port), world.stdin(c)))
+                       for c in clients)
         assert server.process.poll() is None, server.log[-3000:]
     finally:
         server.kill()

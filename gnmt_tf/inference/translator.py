@@ -45,6 +45,7 @@ every output is at most ``max_length_ratio`` x the source length (section 7).
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import functools
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -448,6 +449,12 @@ def _without_padded_source(output, source_length):
     return output._replace(attention=attention[..., :source_length])
 
 
+def _check_batching(batch_size: int, concurrent_batches: int) -> None:
+    for name, value in (("batch_size", batch_size), ("concurrent_batches", concurrent_batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 class Translator:
     """Translate raw sentences with a trained :class:`~gnmt_tf.models.GNMT`: the Python face of :class:`TranslatorModule`.
 
@@ -483,15 +490,25 @@ class Translator:
                  max_input_length: Optional[int] = None, truncate_long_inputs: bool = True,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
                  concurrent_batches: int = 2, weight_transform: Optional[WeightTransform] = None):
-        for name, value in (("batch_size", batch_size), ("concurrent_batches", concurrent_batches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        _check_batching(batch_size, concurrent_batches)
         self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length,
                                        weight_transform=weight_transform,
                                        precompute_target_inputs=precompute_target_inputs, shortlist=shortlist)
         self.batch_size = batch_size
         self.concurrent_batches = concurrent_batches
         self.truncate_long_inputs = truncate_long_inputs
+
+    def with_batching(self, batch_size: int, concurrent_batches: int) -> "Translator":
+        """A translator that batches as given and shares everything else with this one, its module too.
+
+        Batching happens in Python, around the module's traced searches: the new translator traces
+        none of them again (each trace of a search takes seconds).
+        """
+        _check_batching(batch_size, concurrent_batches)
+        translator = copy.copy(self)
+        translator.batch_size = batch_size
+        translator.concurrent_batches = concurrent_batches
+        return translator
 
     @property
     def model(self):

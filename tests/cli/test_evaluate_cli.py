@@ -1,6 +1,8 @@
-"""python -m gnmt_tf.evaluate --hypotheses: the file holds translate's translations, the BLEU printed is theirs."""
+"""python -m gnmt_tf.evaluate --hypotheses: the file holds translate's translations, the BLEU printed is
+theirs, and the decoding speed is printed with it."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -40,6 +42,11 @@ def test_hypotheses_file_holds_the_translations_the_printed_bleu_scores(trained_
     assert evaluate.stdout.splitlines()[1] == "signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" + \
         sacrebleu.__version__
     assert expected.score > 70  # a model that translates: a wrong file or reference order would score near 0
+    # And the decoding speed (--json's sentences_per_second and words_per_second, checked in
+    # tests/inference/test_translator.py).
+    speeds = re.search(r"^decoding: (\S+) sentences/s, (\S+) words/s \(100 sentences in ", evaluate.stdout,
+                       re.M)
+    assert speeds and float(speeds[1]) > 0 and float(speeds[2]) > 0, evaluate.stdout
 
 
 @pytest.mark.parametrize("where", ["directory", "missing_parent"])

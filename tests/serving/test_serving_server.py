@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import copy_version
-from helpers import run_side_by_side
+from helpers import run_each_in_process
 from serving_helpers import ENV, ServerProcess, free_port, savedmodel_signatures, wait_for
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -870,25 +870,31 @@ def test_help_lists_the_flags_and_the_differences(capsys):
 def test_cli_startup_failures_exit_1_with_a_clear_message(tmp_path):
     """A corrupt only version, a gRPC port or a REST port already taken: exit 1, a clear error, no traceback.
 
-    The three processes run side by side. The servers that meet a taken port serve a base path with
-    no version yet: they load models before they bind (as tensorflow_model_server), and an empty base
-    path, served once a version appears, lets them reach the ports without the seconds of a load.
+    The three command runs are main(args) in this process (what ``python -m serving.server`` exits
+    with; the process is not the subject, and each run spares a TensorFlow start). The servers that
+    meet a taken port serve a base path with no version yet: they load models before they bind (as
+    tensorflow_model_server), and an empty base path, served once a version appears, lets them reach
+    the ports without the seconds of a load.
     """
     os.makedirs(tmp_path / "empty")
     os.makedirs(tmp_path / "broken" / "1")
     (tmp_path / "broken" / "1" / "saved_model.pb").write_bytes(b"\x00garbage")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        command = ["timeout", "-k", "10", "120", sys.executable, "-m", "serving.server"]
-        model = ["--model_name", "gnmt", "--model_base_path", str(tmp_path / "empty")]
-        broken, grpc_taken, rest_taken = run_side_by_side(
-            ([*command, "--port", "0", "--rest_api_port", "0",
-              "--model_name", "broken", "--model_base_path", str(tmp_path / "broken")], None),
-            ([*command, "--port", str(port), "--rest_api_port", "0", *model], None),
-            ([*command, "--port", "0", "--rest_api_port", str(port), *model], None),
-            env=ENV, timeout=150)
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            command = [sys.executable, "-m", "serving.server"]
+            model = ["--model_name", "gnmt", "--model_base_path", str(tmp_path / "empty")]
+            broken, grpc_taken, rest_taken = run_each_in_process(
+                ([*command, "--port", "0", "--rest_api_port", "0",
+                  "--model_name", "broken", "--model_base_path", str(tmp_path / "broken")], None),
+                ([*command, "--port", str(port), "--rest_api_port", "0", *model], None),
+                ([*command, "--port", "0", "--rest_api_port", str(port), *model], None))
+    finally:  # serve() installs its drain on SIGTERM and SIGINT: pytest's own handlers come back
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     # The only version is corrupt: like tensorflow_model_server, the server does not start.
     assert broken.returncode == 1, broken.stderr[-2000:]
     assert "did not become available" in broken.stderr and "broken version 1 failed to load" in broken.stderr
