@@ -153,6 +153,7 @@ class SavedModelExporter(Exporter):
     format_name = "saved_model"
     default_target_input_table = True  # servers: speed over size
     switches_shortlist = True
+    _loaded = None  # (directory, the SavedModel loaded from it) of the last translate
 
     def module(self, model, tokenizer, decoding, shortlist=None):
         from gnmt_tf.quantization.weights import Int8Weights
@@ -179,8 +180,15 @@ class SavedModelExporter(Exporter):
                              f"{len(buckets.shapes(buckets.searches[-1], longest))} shape buckets")
         write_warmup_requests(directory, requests)
 
+    def _load(self, directory):
+        """The SavedModel in ``directory``, loaded once for every setting the check translates with: each
+        load takes seconds, and so does the first call of each signature of a newly loaded one."""
+        if self._loaded is None or self._loaded[0] != directory:
+            self._loaded = (directory, tf.saved_model.load(directory))
+        return self._loaded[1]
+
     def translate(self, directory, sentences, switch=None):
-        loaded = tf.saved_model.load(directory)
+        loaded = self._load(directory)
         translate = loaded.signatures["serving_default" if switch is None else "translate_with_shortlist"]
         inputs = {name: tf.constant(value) for name, value in (switch or {}).items()}
         translations = []

@@ -8,15 +8,12 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers import run_each_in_process
+from helpers import run_in_process
 
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.model_files import load_model_dir
 
 SENTENCES = ["three one four", "", "nine", "two five eight nine", "seven six"]
-
-# name: the options of each export this file checks, made once (in this process: no TensorFlow start each)
-EXPORTS = {"beam_2": ["--beam-width", "2"], "xla": ["--xla"]}
 
 
 def xla_unavailable():
@@ -29,24 +26,46 @@ def xla_unavailable():
 
 
 @pytest.fixture(scope="module")
-def exports(trained_number_model, tmp_path_factory):
+def narrow(trained_number_model, tmp_path_factory):
+    """One export with --beam-width 2 and (where XLA compiles here) --xla, loaded once: (version dir, loaded).
+
+    The two options are independent (the beam width is a static setting of the searches, XLA
+    compiles their step), and each is checked on its own below, so one export serves both tests
+    instead of one export (trace, save, check) each, run in this process (no TensorFlow start).
+    """
     model_dir, _ = trained_number_model
-    base = tmp_path_factory.mktemp("export_cli")
-    wanted = {name: options for name, options in EXPORTS.items() if name != "xla" or not xla_unavailable()}
-    commands = [([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", str(base / name),
-                  "--format", "saved_model", *options], None) for name, options in wanted.items()]
-    paths = {}
-    for name, result in zip(wanted, run_each_in_process(*commands)):
-        assert result.returncode == 0, (name, result.stderr[-3000:])
-        assert "checked: 10 sentences translate identically" in result.stdout  # 8 dev sentences + 2 edge cases
-        paths[name] = os.path.join(base, name, "1")
-    return paths
+    base = str(tmp_path_factory.mktemp("export_cli") / "narrow")
+    xla = [] if xla_unavailable() else ["--xla"]
+    result = run_in_process([sys.executable, "-m", "export", "--model-dir", model_dir, "--output", base,
+                             "--format", "saved_model", "--beam-width", "2", *xla])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checked: 10 sentences translate identically" in result.stdout  # 8 dev sentences + 2 edge cases
+    version = os.path.join(base, "1")
+    return version, tf.saved_model.load(version)
 
 
 @pytest.fixture(scope="module")
 def float_export(exported_number_model):
     """The session's float export (the config's beam width, no XLA), loaded once for this file's tests."""
     return tf.saved_model.load(exported_number_model)
+
+
+# every n-best list is as long as the beam allows
+WIDE_OPEN = dict(alpha=0.0, beta=0.0, beamsize=no_pruning())
+
+
+@pytest.fixture(scope="module")
+def python_beam_2(trained_number_model):
+    """The Python beam search with beam width 2 (float, no XLA): the n-best lists of width 2 (WIDE_OPEN) of
+    the non-empty SENTENCES, and the best translations of SENTENCES; one Translator for both."""
+    from gnmt_tf.inference.translator import Translator
+
+    model_dir, _ = trained_number_model
+    model, tokenizer, config = load_model_dir(model_dir)
+    translator = Translator(model, tokenizer, config.decoding)
+    nonempty = [s for s in SENTENCES if s]
+    return (translator.translate_nbest(nonempty, n_best=2, beam_width=2, **WIDE_OPEN),
+            translator.translate(SENTENCES, beam_width=2))
 
 
 def nbest(loaded, sentences, **options):
@@ -56,29 +75,22 @@ def nbest(loaded, sentences, **options):
     return {name: value.numpy() for name, value in outputs.items()}
 
 
-def test_beam_width_2_is_built_into_the_export(exports, float_export, trained_number_model):
-    from gnmt_tf.inference.translator import Translator
-
-    model_dir, _ = trained_number_model
-    narrow = tf.saved_model.load(exports["beam_2"])
+def test_beam_width_2_is_built_into_the_export(narrow, float_export, python_beam_2):
+    _, narrow = narrow
     default = float_export  # the config's beam width, 4
+    expected_lists, expected_best = python_beam_2
     sentences = [s for s in SENTENCES if s]
-    wide_open = dict(alpha=0.0, beta=0.0, beamsize=no_pruning())  # every list is as long as the beam allows
-    narrow_lists, default_lists = nbest(narrow, sentences, **wide_open), nbest(default, sentences, **wide_open)
+    narrow_lists, default_lists = (nbest(loaded, sentences, **WIDE_OPEN) for loaded in (narrow, default))
     assert narrow_lists["translations"].shape == (len(sentences), 2)  # n-best lists of width 2
     assert default_lists["translations"].shape == (len(sentences), 4)
     assert (narrow_lists["lengths"] > 0).all()  # two finished hypotheses each
     # The same n-best lists as the Python beam search with beam width 2.
-    model, tokenizer, config = load_model_dir(model_dir)
-    expected = Translator(model, tokenizer, config.decoding).translate_nbest(sentences, n_best=2, beam_width=2,
-                                                                             **wide_open)
-    for row, hypotheses in enumerate(expected):
+    for row, hypotheses in enumerate(expected_lists):
         assert [t.decode() for t in narrow_lists["translations"][row]] == [h.text for h in hypotheses]
         assert narrow_lists["scores"][row].tolist() == pytest.approx([h.score for h in hypotheses], abs=1e-4)
     # serving_default searches with the same beam.
     served = narrow.signatures["serving_default"](sentences=tf.constant(SENTENCES))["translations"].numpy()
-    translations = Translator(model, tokenizer, config.decoding).translate(SENTENCES, beam_width=2)
-    assert [t.decode() for t in served] == [t.text for t in translations]
+    assert [t.decode() for t in served] == [t.text for t in expected_best]
 
 
 def xla_compiled_functions(version_dir):
@@ -92,26 +104,28 @@ def xla_compiled_functions(version_dir):
     return [f.signature.name for f in functions if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b]
 
 
-def test_xla_export_compiles_its_steps_and_translates_like_the_float_export(exports, exported_number_model,
-                                                                          float_export):
-    if "xla" not in exports:
-        pytest.skip(xla_unavailable())
-    assert xla_compiled_functions(exports["xla"])  # the decoding step is compiled with XLA ...
+def test_xla_export_compiles_its_steps_and_translates_like_the_float_search(narrow, exported_number_model,
+                                                                          python_beam_2):
+    """Like the float search of the same settings (beam width 2): the Python beam search, which the float
+    export translates identically to (the exporter's check)."""
+    reason = xla_unavailable()
+    if reason:
+        pytest.skip(reason)
+    version, loaded = narrow
+    assert xla_compiled_functions(version)  # the decoding step is compiled with XLA ...
     assert not xla_compiled_functions(exported_number_model)  # ... and only with --xla
-    xla = tf.saved_model.load(exports["xla"]).signatures["serving_default"]
-    plain = float_export.signatures["serving_default"]
-    compiled = xla(sentences=tf.constant(SENTENCES))  # one batch: XLA compiles each new shape once
-    expected = plain(sentences=tf.constant(SENTENCES))
-    assert compiled["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+    _, expected = python_beam_2
+    compiled = loaded.signatures["serving_default"](sentences=tf.constant(SENTENCES))
+    assert [t.decode() for t in compiled["translations"].numpy()] == [t.text for t in expected]
     assert compiled["translations"].numpy()[0] == b"trois un quatre"
-    assert compiled["scores"].numpy() == pytest.approx(expected["scores"].numpy(), abs=1e-4)
+    assert compiled["scores"].numpy() == pytest.approx([t.score for t in expected], abs=1e-4)
     # Its warm-up compiles every shape bucket (tests/export/test_bucket_warmup.py): both search
     # graphs at every bucket's number of sentences.
     from export.warmup import read_warmup_requests
     from gnmt_tf.decoding.buckets import ShapeBuckets
 
     warmed = {(r.model_spec.signature_name, tf.make_ndarray(r.inputs["sentences"]).size)
-              for r in read_warmup_requests(exports["xla"])}
+              for r in read_warmup_requests(version)}
     assert {(signature, searches) for signature in ("translate_with_options", "translate_nbest")
             for searches in ShapeBuckets().searches} <= warmed
 

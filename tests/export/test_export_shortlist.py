@@ -37,7 +37,9 @@ def saved_model(model_without_un, tmp_path_factory):
 
 
 def texts(outputs):
-    return [text.decode("utf-8") for text in outputs["translations"].numpy()]
+    """The "translations" output as str: a list (best translations) or a list of lists (n-best lists)."""
+    return [text.decode("utf-8") if isinstance(text, bytes) else [t.decode("utf-8") for t in text]
+            for text in outputs["translations"].numpy()]
 
 
 def test_saved_model_switches_the_shortlist_per_request(saved_model, exported_number_model):
@@ -82,9 +84,12 @@ def test_the_serving_client_switches_the_shortlist_per_request(saved_model):
     options = dict(alpha=0.2, beta=0.2, beamsize=3.0)
     sentences = tf.constant(SENTENCES)
 
-    def direct(signature, use_shortlist):
-        return loaded.signatures[signature](sentences=sentences, use_shortlist=tf.constant(use_shortlist),
-                                            **{name: tf.constant(value) for name, value in options.items()})
+    # What the signatures answer directly, for each setting: the best translations and the n-best lists.
+    direct = {use_shortlist: [texts(loaded.signatures[signature](
+        sentences=sentences, use_shortlist=tf.constant(use_shortlist),
+        **{name: tf.constant(value) for name, value in options.items()}))
+        for signature in ("translate_with_shortlist", "translate_nbest_with_shortlist")]
+        for use_shortlist in (True, False)}
 
     with ModelServer([single_model_config("gnmt", os.path.dirname(target))], port=0, rest_api_port=0,
                      poll_seconds=0, log=lambda message: None) as server, \
@@ -92,12 +97,11 @@ def test_the_serving_client_switches_the_shortlist_per_request(saved_model):
         rest_url = f"http://127.0.0.1:{server.rest_api_port}"
         for client in (RestClient(rest_url, "gnmt", timeout=120), grpc_client):
             for use_shortlist in (True, False):
+                best, lists = direct[use_shortlist]
                 got = client.translate(SENTENCES, use_shortlist=use_shortlist, **options)
-                assert [t.text for t in got] == texts(direct("translate_with_shortlist", use_shortlist))
+                assert [t.text for t in got] == best
                 nbest = client.translate_nbest(SENTENCES, use_shortlist=use_shortlist, **options)
-                expected = direct("translate_nbest_with_shortlist", use_shortlist)["translations"].numpy()
-                assert [[e.text for e in entries] for entries in nbest] == \
-                    [[text.decode("utf-8") for text in row] for row in expected]
+                assert [[e.text for e in entries] for entries in nbest] == lists
             assert not any("un" in t.text.split() for t in client.translate(SENTENCES, use_shortlist=True, **options))
             assert "un" in client.translate(SENTENCES, use_shortlist=False, **options)[0].text.split()
         with pytest.raises(ValueError, match="use_shortlist needs alpha, beta and beamsize"):
@@ -109,7 +113,7 @@ def test_the_serving_client_switches_the_shortlist_per_request(saved_model):
         shortlisted = run_in_process([*command, "--shortlist", "--alpha", "0.2", "--beta", "0.2", "--beamsize", "3"],
                                      "\n".join(SENTENCES) + "\n")
         assert shortlisted.returncode == 0, shortlisted.stderr
-        assert shortlisted.stdout.splitlines() == texts(direct("translate_with_shortlist", True))
+        assert shortlisted.stdout.splitlines() == direct[True][0]
         usage = run_in_process([*command, "--no-shortlist"], "nine\n")
         assert usage.returncode == 2 and "need --alpha, --beta and --beamsize" in usage.stderr
 

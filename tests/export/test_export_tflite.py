@@ -22,6 +22,7 @@ from gnmt_tf.layers.recurrence import run_lstm
 from gnmt_tf.layers.weights import FLOAT_READER
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import EOS_ID
+from helpers import SHALLOW
 
 WORDS = "the a cat dog sat on mat house red blue green runs quickly slowly over under big small bird tree".split()
 
@@ -49,9 +50,12 @@ def synthetic_sentences(n, seed=0):
 
 @pytest.fixture(scope="module")
 def exported():
-    """A tiny random GNMT (weights scaled up, EOS made less likely so outputs vary) and its TFLite form."""
+    """A tiny random GNMT (weights scaled up, EOS made less likely so outputs vary) and its TFLite form.
+
+    At the shallow depth (helpers.SHALLOW): the ops a conversion meets are the same at any depth, and the
+    residual layers' TFLite form is checked on the fixture model (test_export_saved_model.py)."""
     keras.utils.set_random_seed(1234)
-    config = load_config("tiny")
+    config = load_config("tiny", overrides=SHALLOW)
     tokenizer = WordpieceTokenizer.learn(synthetic_sentences(300), vocab_size=120, max_characters=40)
     config.model.vocab_size = tokenizer.vocab_size
     model = GNMT(config.model)
