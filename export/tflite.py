@@ -204,6 +204,24 @@ def tflite_translate_function(translator_module):
     return function.get_concrete_function()
 
 
+def _state(translator_module):
+    """What ``translator_module``'s functions read (its variables, tables and tokenizer), without the functions.
+
+    The converter saves the object it is given as a SavedModel before converting, and saving a module
+    traces every function of it that has an input signature (translate_nbest, ...), none of which
+    TFLite converts.
+    """
+    import tensorflow as tf
+
+    state = tf.Module()
+    state.model_variables = translator_module.model_variables
+    state.weight_transform = translator_module.weight_transform
+    state.target_input_rows = translator_module.target_input_rows
+    state.tokenizer = translator_module.tokenizer
+    state.shortlist = translator_module.shortlist
+    return state
+
+
 def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     """Convert ``translator_module.translate`` (strings [batch] -> translations, scores) to float32 TFLite.
 
@@ -217,7 +235,7 @@ def convert_to_tflite(translator_module, quantize: str = "none") -> bytes:
     import tensorflow as tf
 
     concrete = tflite_translate_function(translator_module)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], translator_module)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], _state(translator_module))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # the tensorflow-text kernels are custom ops; check_ops polices the rest
     if quantize == "int8":
