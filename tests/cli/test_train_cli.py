@@ -33,7 +33,7 @@ TINY_CLI_ARGS = [
     "--set", "training.adam_steps=20",  # the Adam->SGD switch happens after the kill below
     "--set", "training.sgd_learning_rate=0.1",
     "--set", "training.delta_anneal_steps=25",  # delta reaches 1.0 before the last step
-    "--set", "data.dev_max_pairs=8",  # each run ends with a dev evaluation, whose figure is not the subject
+    "--set", "data.dev_max_pairs=50",
     *SHALLOW_CLI_ARGS,
 ]
 
@@ -64,7 +64,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
 
     train_tsv, dev_tsv = str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv")
     _write_tsv(train_tsv, number_word_pairs(1500, seed=3))
-    _write_tsv(dev_tsv, number_word_pairs(8, seed=4))  # the run's final dev figure is not the subject
+    _write_tsv(dev_tsv, number_word_pairs(50, seed=4))
     data_args = ["--train", train_tsv, "--dev", dev_tsv, *TINY_CLI_ARGS]
 
     # The run to be killed is a process; the resumed one runs in this process.
@@ -143,7 +143,7 @@ def test_ctrl_c_ends_a_run_on_the_built_in_data_normally(tmp_path):
     built_in = os.path.isdir("/usr/share/locale/fr/LC_MESSAGES")
     model_dir = str(tmp_path / "model")
     if built_in:
-        data_args = ["--set", "model.vocab_size=600"]
+        data_args = ["--set", "model.vocab_size=600", "--set", "data.dev_max_pairs=40"]
     else:
         train_tsv = str(tmp_path / "train.tsv")
         _write_tsv(train_tsv, number_word_pairs(1500, seed=5))
@@ -181,7 +181,7 @@ def test_ctrl_c_ends_a_run_on_the_built_in_data_normally(tmp_path):
     assert tf.train.latest_checkpoint(model_files.checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
     if built_in:
         assert "built-in data: gettext catalogs for en->fr" in out
-        assert "held out 8 pairs as the dev split" in out
+        assert "held out 40 pairs as the dev split" in out
         assert "learned a shared wordpiece vocabulary" in out
     assert "dev BLEU = " in out and "nrefs:1" in out and "sample translations" in out
     for name in ("config.yaml", "wordpieces.txt", "dev.tsv", "checkpoints", "best", "logs"):

@@ -272,9 +272,6 @@ def _held_out_expected_gleu(model_dir, which, pairs, samples=20):
     return float(tf.reduce_mean(expected_reward(model, source, reference, sentence_gleu, samples)))
 
 
-RL_DEV_PAIRS = 10
-
-
 @pytest.fixture(scope="module")
 def rl_refined_number_model(trained_number_model, tmp_path_factory):
     """``--refine rl`` for 20 steps (one dev evaluation, at the end), from a copy of the session's number
@@ -289,12 +286,8 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("rl")
     init_dir = str(work / "init")
     os.makedirs(init_dir)
-    for name in (model_files.CONFIG_FILE, "wordpieces.txt", "test.tsv"):
+    for name in (model_files.CONFIG_FILE, "wordpieces.txt", model_files.DEV_FILE, "test.tsv"):
         shutil.copy(os.path.join(model_dir, name), init_dir)
-    # A part of its dev split, which the refinement evaluates on (and leaves out of its training data): the
-    # run's dev BLEU is not what these tests check, and its beam search over all 100 pairs would cost more
-    # than the RL steps it ends.
-    model_files.write_dev_split(init_dir, model_files.read_dev_split(model_dir)[:RL_DEV_PAIRS])
     model, _, _ = model_files.load_model_dir(model_dir, which="latest")
     softmax = model.decoder.softmax_projection
     softmax.kernel.assign(softmax.kernel * 0.4)
