@@ -143,7 +143,9 @@ def test_compile_refuses_what_the_step_cannot_honour():
 
 def test_a_saved_compiled_model_loads_compiled_and_trains_on_as_the_original(rng, tmp_path):
     model = _model(**SHALLOW_MODEL)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=SequenceCrossEntropy())
+    # Eagerly (Keras' own switch, which the saved file keeps): the four steps and evaluations below would
+    # each trace the model's step once, which costs many times more than running it.
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=SequenceCrossEntropy(), run_eagerly=True)
     source, target_in, target_out = copy_task(rng, 8, model.model_config.vocab_size)
     model.fit((source, target_in), target_out, epochs=1, verbose=0)
     model.save(str(tmp_path / "gnmt.keras"))
@@ -151,6 +153,7 @@ def test_a_saved_compiled_model_loads_compiled_and_trains_on_as_the_original(rng
     assert isinstance(loaded.objective, MaximumLikelihood)
     assert isinstance(loaded.objective.loss_function, SequenceCrossEntropy)
     assert int(loaded.optimizer.iterations) == 1  # the optimizer's state came back with it
+    assert loaded.run_eagerly
     expected = model.evaluate((source, target_in), target_out, verbose=0, return_dict=True)
     assert loaded.evaluate((source, target_in), target_out, verbose=0, return_dict=True) == expected
     for trained in (model, loaded):  # one more Adam step each: the same moments give the same update
