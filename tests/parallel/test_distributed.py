@@ -43,6 +43,12 @@ DRIVER = textwrap.dedent(
     watchdog.daemon = True
     watchdog.start()
 
+    # Grappler off, as in the model-parallel test: its passes over every traced step and search cost a
+    # child much of its CPU time, and nothing these tests check (replicas, synchronization, checkpoints,
+    # failures) depends on them.
+    import tensorflow as tf
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
     if sys.argv[1] == "cli":
         from gnmt_tf.cli.train import main
 
