@@ -111,14 +111,50 @@ class GNMTLSTMCell(keras.layers.Layer):
         """One step of eq. 11 given ``project_inputs(x_t)``; returns ``(m_t, (c_t, m_t))``."""
         c_prev, m_prev = state
         z = projected_inputs + weights.product(m_prev, self.recurrent_kernel)
+        m, c, _ = self.activate(z, c_prev, self._shared_delta)
+        return m, (c, m)
+
+    def activate(self, z: tf.Tensor, c_prev: tf.Tensor, delta):
+        """Eq. 10-11 from the gates' pre-activations ``z`` [batch, 4 units] (``W_odd x_t + W_even m_{t-1}``,
+        plus the bias) and ``c_{t-1}``.
+
+        Returns ``(m_t, c_t, parts)``; ``parts``: the gates ``i, i', f, o`` and the cell state before
+        eq. 10's clip, each [batch, units], which :meth:`activation_gradient` needs (with ``c_{t-1}``).
+        """
         z_i, z_j, z_f, z_o = tf.split(z, 4, axis=-1)
         input_gate = tf.sigmoid(z_i)
         candidate = tf.tanh(z_j)
         forget_gate = tf.sigmoid(z_f + self.forget_bias) if self.forget_bias else tf.sigmoid(z_f)
         output_gate = tf.sigmoid(z_o)
-        c = clip(c_prev * forget_gate + candidate * input_gate, self._shared_delta)  # eq. 10
+        unclipped = c_prev * forget_gate + candidate * input_gate
+        c = clip(unclipped, delta)  # eq. 10
         m = c * output_gate if self.form == "paper" else output_gate * tf.tanh(c)
-        return m, (c, m)
+        return m, c, (input_gate, candidate, forget_gate, output_gate, unclipped)
+
+    def activation_gradient(self, d_m: tf.Tensor, d_c: tf.Tensor, saved: tf.Tensor, delta):
+        """The gradient of :meth:`activate`: from dL/dm_t and dL/dc_t to ``(dL/dz, dL/dc_{t-1})``.
+
+        ``saved`` [batch, 6 units]: the ``parts`` :meth:`activate` returned with m_t and ``c_{t-1}``,
+        concatenated in that order. Eq. 10's clip passes the gradient where
+        the unclipped state lies in [-delta, delta], as ``tf.clip_by_value``'s gradient does.
+        """
+        input_gate, candidate, forget_gate, output_gate, unclipped, c_prev = tf.split(saved, 6, axis=-1)
+        c = clip(unclipped, delta)
+        if self.form == "paper":  # m = c * o
+            d_o = d_m * c
+            d_c = d_c + d_m * output_gate
+        else:  # m = o * tanh(c)
+            tanh_c = tf.tanh(c)
+            d_o = d_m * tanh_c
+            d_c = d_c + tf.raw_ops.TanhGrad(y=tanh_c, dy=d_m * output_gate)
+        d_unclipped = tf.where(tf.abs(unclipped) <= tf.cast(delta, unclipped.dtype), d_c, tf.zeros_like(d_c))
+        d_z = tf.concat([
+            tf.raw_ops.SigmoidGrad(y=input_gate, dy=d_unclipped * candidate),
+            tf.raw_ops.TanhGrad(y=candidate, dy=d_unclipped * input_gate),
+            tf.raw_ops.SigmoidGrad(y=forget_gate, dy=d_unclipped * c_prev),
+            tf.raw_ops.SigmoidGrad(y=output_gate, dy=d_o),
+        ], axis=-1)
+        return d_z, d_unclipped * forget_gate
 
     def call(self, inputs, states, weights: WeightReader = FLOAT_READER):
         return self.recur(self.project_inputs(inputs, weights), tuple(states), weights)

@@ -6,7 +6,9 @@ Every recurrence of the model over a padded batch is one function of one time st
 through unchanged, so padding can never change a real position. Users:
 
 * :func:`run_lstm`: an LSTM layer over a sequence (encoder, decoder layers in teacher
-  forcing), its input product hoisted out of time into one matmul (an identity);
+  forcing), its input product hoisted out of time into one matmul (an identity), and in
+  training its gradient written out (:func:`lstm_over_time`: back-propagation through time
+  is one more masked loop, backwards);
 * the decoder's bottom layer with input feeding, whose step also attends
   (:meth:`gnmt_tf.models.decoder.GNMTDecoder.feed_bottom_step`);
 * the model-parallel wavefront (:mod:`gnmt_tf.parallel.model_parallel`), which calls
@@ -110,8 +112,70 @@ def run_lstm(cell, inputs: tf.Tensor, mask: tf.Tensor, weights, initial_state: O
 
 def run_projected_lstm(cell, projected: tf.Tensor, mask: tf.Tensor, weights,
                        initial_state: Optional[LSTMState] = None, loop=None):
-    """:func:`run_lstm` given the input product of every step, ``cell.project_inputs(inputs, weights)``."""
+    """:func:`run_lstm` given the input product of every step, ``cell.project_inputs(inputs, weights)``.
+
+    With the default loop and a reader whose recurrent products are float products, the layer runs
+    as :func:`lstm_over_time`: the same steps, with the gradient of the whole sequence written out
+    (what training differentiates). Otherwise (a ``loop`` given, int8 products, a search's read-once
+    snapshot) each step is ``cell.recur`` through :func:`run_over_time`.
+    """
     if initial_state is None:
         initial_state = cell.get_initial_state(batch_size=tf.shape(projected)[0], dtype=projected.dtype)
+    kernel = weights.sequence_kernel(cell.recurrent_kernel) if loop is None else None
+    if kernel is not None:
+        return lstm_over_time(cell, projected, mask, tf.convert_to_tensor(kernel), tuple(initial_state))
     return run_over_time(lambda projected_t, state: cell.recur(projected_t, state, weights), projected, mask,
                          tuple(initial_state), cell.units, loop)
+
+
+def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tensor, initial_state: LSTMState):
+    """An LSTM layer over ``projected`` [batch, time, 4 units] (its input products) whose gradient is
+    back-propagation through time written out, rather than derived op by op.
+
+    The forward pass is :func:`masked_step` of ``cell.activate`` in :data:`TENSOR_ARRAY_LOOP`, the same
+    numbers as ``cell.recur`` with ``kernel`` (the recurrent kernel's values). The backward pass is
+    one more masked loop, backwards in time, over what each forward step saved (its gates, the
+    unclipped cell state and the previous state: ``cell.activation_gradient``), and the kernel's gradient
+    is one product over all steps. Derived op by op, the while loop's gradient instead stacks ~30
+    intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
+    benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
+    """
+    delta = tf.convert_to_tensor(cell.clip_delta)
+    mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])
+    units = cell.units
+
+    @tf.custom_gradient
+    def recurrence(projected, kernel, c_0, m_0):
+        def forward_step(projected_t, state):
+            c_prev, m_prev = state
+            m, c, parts = cell.activate(projected_t + tf.matmul(m_prev, kernel), c_prev, delta)
+            return (m, tf.concat(list(parts) + [c_prev], axis=-1), m_prev), (c, m)
+
+        (outputs_tm, saved_tm, m_prev_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
+            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 6 * units, units))
+
+        def gradient(d_outputs, d_c_last, d_m_last):
+            # At a real step the gradient reaching m_t is that of the output plus that of the next
+            # step's state; at padding masked_step carries the state's gradient through, as the
+            # forward pass carried the state, and gives the step no gradient.
+            def backward_step(inputs_t, state):
+                d_output_t, saved_t = inputs_t
+                d_c, d_m = state
+                d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, saved_t, delta)
+                return d_z, (d_c_prev, tf.matmul(d_z, kernel_transposed))
+
+            kernel_transposed = tf.transpose(kernel)
+            d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
+            d_m_last = tf.zeros_like(m_last) if d_m_last is None else d_m_last
+            backwards = lambda x: tf.reverse(x, [0])  # noqa: E731
+            d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
+                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(saved_tm)),
+                backwards(mask_tm), (d_c_last, d_m_last), 4 * units)
+            d_z_tm = backwards(d_z_tm)
+            d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
+            return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
+
+        return (_swap_batch_time(outputs_tm), c_last, m_last), gradient
+
+    outputs, c_last, m_last = recurrence(projected, kernel, *initial_state)
+    return outputs, (c_last, m_last)

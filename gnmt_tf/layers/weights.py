@@ -240,6 +240,15 @@ class WeightReader:
         read = self._read(kernel)
         return matmul(x, read) if read is not None else self._transform.product(x, kernel)
 
+    def sequence_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
+        """The float values this reader's products with ``kernel`` use, read here, once, for a recurrence
+        over a whole sequence that multiplies by them at every step and differentiates through them
+        (:func:`gnmt_tf.layers.recurrence.lstm_over_time`); None when those products are not float
+        products (int8 arithmetic) or the reader is a search's read-once snapshot."""
+        if self._read_once is not None:
+            return None
+        return self._transform.float_kernel(kernel)
+
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]`` through the transform (see :meth:`WeightTransform.partial_product`)."""
         read = self._read(kernel)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.recurrence import masked_step, run_lstm, run_over_time
+from gnmt_tf.layers.recurrence import TENSOR_ARRAY_LOOP, masked_step, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack
 from gnmt_tf.layers.weights import FLOAT_READER
 from numpy_gnmt import cell_weights, lstm_step
@@ -75,6 +75,35 @@ def test_run_lstm_matches_stepping_and_ignores_padding():
         np.testing.assert_allclose(outputs.numpy()[b, :n], ref, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(outputs.numpy()[b, n:], 0.0)  # padding outputs are zero
         np.testing.assert_allclose(final[1].numpy()[b], ref[-1], rtol=1e-5, atol=1e-5)  # state stops at n
+
+
+@pytest.mark.parametrize("form, forget_bias", [("paper", 0.0), ("standard", 1.0)])
+def test_the_written_out_gradient_of_a_layer_equals_the_one_derived_op_by_op(form, forget_bias):
+    """Training runs a layer with its gradient written out (``lstm_over_time``); the reference is
+    TensorFlow's own gradient of the step-by-step loop (the same steps given as a ``loop``)."""
+    delta = 0.6
+    cell = make_cell(units=8, input_dim=5, form=form, forget_bias=forget_bias, scale=1.5, delta=delta)
+    rng = np.random.default_rng(4)
+    xs = tf.constant(rng.normal(0, 2.0, size=(3, 9, 5)).astype(np.float32))
+    # right padding, none, and gaps: padding anywhere carries the state (and its gradient) through
+    mask = tf.constant(np.array([[1] * 9, [1] * 5 + [0] * 4, [0, 1, 1, 0, 1, 1, 1, 0, 1]]) > 0)
+    initial = tuple(tf.constant(rng.normal(size=(3, 8)).astype(np.float32)) for _ in range(2))
+    upstream = [tf.constant(rng.normal(size=shape).astype(np.float32)) for shape in ((3, 9, 8), (3, 8), (3, 8))]
+    results = {}
+    for name, loop in (("written out", None), ("derived", TENSOR_ARRAY_LOOP)):
+        with tf.GradientTape() as tape:
+            tape.watch([xs, *initial])
+            outputs, final = run_lstm(cell, xs, mask, FLOAT_READER, initial_state=initial, loop=loop)
+            loss = sum(tf.reduce_sum(y * u) for y, u in zip((outputs, *final), upstream))
+        gradients = tape.gradient(loss, [xs, *initial, *cell.trainable_weights])
+        results[name] = ([outputs, *final], gradients)
+    for ours, reference in zip(results["written out"][0], results["derived"][0]):
+        np.testing.assert_array_equal(ours.numpy(), reference.numpy())  # the same forward numbers
+    for ours, reference in zip(results["written out"][1], results["derived"][1]):
+        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
+    # The clip of eq. 10 cut some cell states, so its gradient mask was exercised.
+    c = results["derived"][0][1].numpy()
+    assert np.sum(np.isclose(np.abs(c), delta)) > 0
 
 
 def stack_reference(stack, xs, delta):
