@@ -71,9 +71,11 @@ def _all_ops(graph):
 
 
 def _loop_bodies(graph):
-    """Every op of the graph's while loop bodies: [(op type, attributes)]."""
+    """Every op of the graph's decoding loop bodies: [(op type, attributes)]. (The encoder's loops are
+    not the subject: where the reader is not a snapshot, its layers read their kernels before their loops.)"""
     library = graph.as_graph_def().library.function
-    return [(node.op, node.attr) for function in library if "while_body" in function.signature.name
+    return [(node.op, node.attr) for function in library
+            if "while_body" in function.signature.name and not function.signature.name.startswith("encoder")
             for node in function.node_def]
 
 
