@@ -327,9 +327,10 @@ class Trainer:
         if self._dev_loss is None:
             objective = MaximumLikelihood(SequenceCrossEntropy())  # as GNMT.test_step
             model, weights = self.dev_model, self.dev_weights
+            ids = tf.TensorSpec([None, None], tf.int32)  # any batch and lengths: traced once
             self._dev_loss = tf.function(  # autograph off: as GNMT.test_step
                 lambda x, y: objective.loss(model, unpack_batch((x, y)), training=False, weights=weights)[0],
-                reduce_retracing=True, autograph=False,
+                input_signature=[(ids, ids), ids], autograph=False,
             )
         total = pairs = 0.0
         for x, y in dev_data:
