@@ -392,8 +392,8 @@ class WordpieceTokenizer(tf.Module):
         return tf.RaggedTensor.from_row_splits(*self._tokenize_vector(strings), validate=False)
 
     # Traced once per tokenizer and called as a function wherever tokenize is used (pipelines, searches,
-    # exports): its ~300 ops, most of them tensorflow-text's whitespace split, took ~0.4 s to build at
-    # every trace that tokenizes.
+    # exports), rather than its ~300 ops (most of them tensorflow-text's whitespace split) built again in
+    # every graph that tokenizes (benchmarks/README.md, "Tracing the tokenizer once").
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def _tokenize_vector(self, strings: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """:meth:`tokenize` of a vector of strings, as the values and row splits of the ragged ids."""
@@ -456,7 +456,7 @@ class WordpieceTokenizer(tf.Module):
                 splits = tf.range(shape[0] + 1) * shape[1]
             return self._detokenize_rows(tf.cast(values, tf.int32), splits)
 
-    # Traced once per tokenizer, as _tokenize_vector is (~200 ops, ~0.2 s at every trace that detokenizes).
+    # Traced once per tokenizer, as _tokenize_vector is (~200 ops).
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)],
                  autograph=False)
     def _detokenize_rows(self, values: tf.Tensor, splits: tf.Tensor) -> tf.Tensor:
