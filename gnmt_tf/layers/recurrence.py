@@ -139,6 +139,10 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     is one product over all steps. Derived op by op, the while loop's gradient instead stacks ~30
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
+
+    Without a gradient (dev loss, forced scoring) the saved records are written and not read: a
+    concatenation and two more TensorArray writes per step, which searches avoid (their read-once
+    reader takes the step-by-step path).
     """
     delta = tf.convert_to_tensor(cell.clip_delta)
     mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])

@@ -121,7 +121,11 @@ class WeightTransform:
 
     def float_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
         """The float values a product with ``kernel`` uses (a transform with float products replaces
-        this); None when the transform's product with it is not a float product (int8 arithmetic)."""
+        this); None when the transform's product with it is not a float product (int8 arithmetic).
+
+        Whatever :meth:`product` does, it must equal ``x @ float_kernel(kernel)`` wherever this is not
+        None: a whole-sequence recurrence reads these values once and multiplies by them itself
+        (:meth:`WeightReader.sequence_kernel`)."""
         return kernel
 
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
