@@ -198,20 +198,28 @@ class TrainingSummaries(keras.callbacks.Callback):
 
 
 class BestScore:
-    """The best dev BLEU so far, and how many evaluations in a row have not beaten it."""
+    """The best dev BLEU so far, and how many evaluations in a row have not beaten it.
+
+    A score equal to the best takes its place (the later weights have trained longer for the same
+    BLEU; on a small dev split the score often saturates, and keeping the first weights that reached
+    it would freeze best/ there), but does not count as an improvement: RL's patience (section 5)
+    runs out on a dev BLEU that stays level.
+    """
 
     def __init__(self, best: Optional[float] = None):
         self.best = best  # a resumed run's best so far (best/best_bleu.txt), or None
         self.evaluations_since_best = 0
 
     def add(self, score: float) -> bool:
-        """Record one evaluation's score; whether it is a new best."""
-        improved = self.best is None or score > self.best
-        if improved:
-            self.best, self.evaluations_since_best = score, 0
+        """Record one evaluation's score; whether its weights become the best (ties included)."""
+        if self.best is None or score > self.best:
+            self.evaluations_since_best = 0
         else:
             self.evaluations_since_best += 1
-        return improved
+        kept = self.best is None or score >= self.best
+        if kept:
+            self.best = score
+        return kept
 
 
 class DevEvaluation(keras.callbacks.Callback):

@@ -305,8 +305,8 @@ class Trainer:
         self.dev_writer.flush()
         self.last_evaluation, self.last_perplexity = evaluation, perplexity
         self._evaluated_step = step
-        improved = self.dev_record.add(evaluation.bleu.score)
-        if improved:
+        kept = self.dev_record.add(evaluation.bleu.score)
+        if kept:
             self._best_evaluation = (os.path.abspath(self.best_manager.save(checkpoint_number=step)), evaluation)
             model_files.write_best_bleu(self.model_dir, model_files.BestBleu(
                 evaluation.bleu.score, step, evaluation.bleu.signature))
@@ -314,7 +314,8 @@ class Trainer:
         self.log(
             f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {evaluation.bleu.score:.2f} "
             f"({weights}, {evaluation.search}, delta {delta:.3g})"
-            + (" (best so far)" if improved else f" (best {self.best_bleu:.2f})")
+            + ((" (best so far)" if self.dev_record.evaluations_since_best == 0 else " (equals the best: now best/)")
+               if kept else f" (best {self.best_bleu:.2f})")
         )
         return perplexity, evaluation
 

@@ -201,9 +201,14 @@ def test_patience_stops_the_run_after_evaluations_without_a_better_bleu():
     # An improvement resets the count: 1, 2 (no: 1), 4 (best), 3, 3 -> stops at the fifth.
     evaluated, record, _ = run([1.0, 0.5, 4.0, 3.0, 3.0, 9.0], patience=2)
     assert evaluated == [2, 4, 6, 8, 10] and record.best == 4.0
-    # A resumed run compares against the best it kept (best/best_bleu.txt): 4.0 is not better than 4.5.
+    # A resumed run compares against the best it kept (best/best_bleu.txt): 4.0 is not better than 4.5,
+    # nor is 4.5 itself (it takes best/, as every tie does, but is no improvement).
     evaluated, record, _ = run([4.0, 4.5, 6.0], patience=2, best=4.5)
     assert evaluated == [2, 4] and record.best == 4.5
+    # What add says: whether the weights become best/ (ties included).
+    record = BestScore(2.0)
+    assert [record.add(s) for s in (1.0, 2.0, 3.0, 3.0)] == [False, True, True, True]
+    assert record.best == 3.0 and record.evaluations_since_best == 1
     # Without a patience (maximum-likelihood training) the run goes on.
     evaluated, record, control = run([5.0] + [1.0] * 9, patience=None)
     assert len(evaluated) == 10 and control.stop_reason is None and record.evaluations_since_best == 9
@@ -215,7 +220,8 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     its checkpoint compares its dev BLEU with the best the run kept (best/best_bleu.txt), not with none.
 
     The dev references are Greek, which the number task's vocabulary cannot write: every dev BLEU is 0,
-    whatever the model, so only a run's first evaluation is a new best. The resumed Trainer evaluates
+    whatever the model, so only a run's first evaluation is an improvement; each later one equals the best
+    and takes best/ (BestScore: ties go to the later weights) without resetting the patience. The resumed Trainer evaluates
     once instead of training on: the record its evaluations go to is the one the run's patience reads
     (the first run stops only through it), and retracing the RL step for a second run would double the
     test's time.
@@ -240,18 +246,20 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     evaluated = [int(line.split(":")[0].split()[1]) for line in logs if "dev BLEU" in line]
     assert evaluated == [2, 4] and result.step == 4  # 2: the first best; 4: not better, patience 1 is spent
     assert result.stop_reason == "dev BLEU did not improve in 1 evaluations (rl.patience)"
+    dev_lines = [line for line in logs if "dev BLEU" in line]
+    assert dev_lines[0].endswith("(best so far)") and dev_lines[1].endswith("(equals the best: now best/)"), logs
     best = model_files.read_best_bleu(model_dir)
-    assert (best.score, best.step) == (0.0, 2)
+    assert (best.score, best.step) == (0.0, 4)  # the tie at step 4 took best/
     assert model_files.find_checkpoint(model_dir, "latest").endswith("ckpt-4")
 
     # Resumed: its dev BLEU (0 again) does not beat the kept 0.0, which is one evaluation without a
-    # better BLEU, patience 1 spent; a Trainer that forgot the best would record a new best at step 4.
+    # better BLEU, patience 1 spent; a Trainer that forgot the best would count an improvement at step 4.
     resumed = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
     assert resumed.step == 4 and resumed.best_bleu == 0.0
     resumed.evaluate_dev(resumed.step)
-    assert resumed.dev_record.evaluations_since_best == 1 and logs[-1].endswith("(best 0.00)")
+    assert resumed.dev_record.evaluations_since_best == 1 and logs[-1].endswith("(equals the best: now best/)")
     assert model_files.read_best_bleu(model_dir) == best
-    assert model_files.find_checkpoint(model_dir, "best").endswith("-2")
+    assert model_files.find_checkpoint(model_dir, "best").endswith("-4")
 
 
 # ------------------------------------------------------------------------------ end to end
