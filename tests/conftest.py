@@ -109,9 +109,16 @@ def trained_number_model(tmp_path_factory):
 # the tests built on it assert what an adequately trained model does. Training starts with
 # NUMBER_MODEL_STEPS steps of NUMBER_MODEL_BATCH pairs (a step of this tiny model costs about the same
 # at batch 32 and 64: per-op overhead, not arithmetic), then goes on QUALITY_CHECK_STEPS at a time
-# until FIXTURE_QUALITY holds, or fails the run with what it measured after MAX_NUMBER_MODEL_STEPS.
+# until FIXTURE_QUALITY holds. Whether this recipe gets there depends on where training starts.
+# Measured with single-threaded TensorFlow: from seed 1237's initial weights it met the quality at 700
+# steps, from 1234's at 800 (but in one suite run not by 1500), and from 1235, 1236 and 1238 not by
+# 1500, 1500 and 1000 (held-out exactness 1%, 54%, 96%). So a start that has not met it after
+# MAX_NUMBER_MODEL_STEPS is given up and training starts again from the next of NUMBER_MODEL_SEEDS
+# (untried ones after the two that met it); the run fails, with what each start still got wrong, only
+# when every one fell short.
 NUMBER_MODEL_STEPS, NUMBER_MODEL_BATCH = 600, 64
-QUALITY_CHECK_STEPS, MAX_NUMBER_MODEL_STEPS = 100, 1500
+QUALITY_CHECK_STEPS, MAX_NUMBER_MODEL_STEPS = 100, 1000
+NUMBER_MODEL_SEEDS = (1237, 1234, 1239, 1240, 1241)
 # The sentences the tests translate and expect the number task's answer for (up to five words, the
 # training pairs' lengths), each of which must come out right greedily and with the config's beam search.
 PROBE_SENTENCES = (
@@ -129,13 +136,28 @@ HELD_OUT_EXACT = 0.97
 
 
 def _train_number_model(tmp_path):
+    shortfalls = []
+    for seed in NUMBER_MODEL_SEEDS:
+        start = tmp_path / f"seed{seed}"
+        start.mkdir()
+        trained, shortfall = _train_number_model_from(start, seed)
+        if trained is not None:
+            return trained
+        shortfalls.append(f"seed {seed}: {shortfall}")
+    raise AssertionError(f"the fixture model did not reach its quality ({FIXTURE_QUALITY}) in "
+                         f"{MAX_NUMBER_MODEL_STEPS} steps from any start: " + " | ".join(shortfalls))
+
+
+def _train_number_model_from(tmp_path, seed):
+    """((model_dir, result), "") once the model trained from ``seed``'s initial weights meets
+    FIXTURE_QUALITY, or (None, what it still got wrong) after MAX_NUMBER_MODEL_STEPS."""
     import tf_keras as keras
 
     from test_training import tiny_number_setup
     from gnmt_tf import model_files
     from gnmt_tf.training.trainer import Trainer
 
-    keras.utils.set_random_seed(1234)
+    keras.utils.set_random_seed(seed)
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
         tmp_path, steps=NUMBER_MODEL_STEPS, **{"training.batch_size": NUMBER_MODEL_BATCH,
                                                "training.max_steps": MAX_NUMBER_MODEL_STEPS})
@@ -154,10 +176,9 @@ def _train_number_model(tmp_path):
         shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
                               if (problem := check.shortfall(which)))
         if not shortfall:
-            return model_dir, result
+            return (model_dir, result), ""
         if steps >= MAX_NUMBER_MODEL_STEPS:
-            raise AssertionError(f"the fixture model did not reach its quality ({FIXTURE_QUALITY}) in "
-                                 f"{steps} steps: {shortfall}")
+            return None, shortfall
         steps += QUALITY_CHECK_STEPS
 
 
