@@ -31,8 +31,7 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     from helpers import SHALLOW, number_word_pairs
 
     train_pairs = number_word_pairs(200, seed=1, min_len=1)
-    # Greek references, which the number task's vocabulary cannot write: every dev BLEU is 0, so only a
-    # directory's first evaluation is a new best.
+    # Greek references, which the number task's vocabulary cannot write: every dev BLEU is 0.
     dev_pairs = [(source, "μηδέν ένα δύο") for source, _ in number_word_pairs(4, seed=2)]
     tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
     config = load_config("tiny", overrides={
@@ -51,13 +50,15 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     first = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
                                    verbose=0).train(max_steps=2)
     assert loads == [] and first.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
-    # Resumed: its dev BLEU (0 again) is no new best, so best/ stays the first run's checkpoint, which
-    # this Trainer never evaluated. The resumed run is already at its max_steps, so it ends at once (the
+    # Resumed, with best/ recorded at a dev BLEU the resumed run will not reach (a tie would take best/,
+    # callbacks.BestScore): its dev BLEU (0 again) is no new best, so best/ stays the first run's
+    # checkpoint, which this Trainer never evaluated. The resumed run is already at its max_steps, so it ends at once (the
     # figure is chosen in the end of every run, _finish, trained or not): training on would trace the
     # training step a second time and change nothing here.
+    model_files.write_best_bleu(model_dir, model_files.read_best_bleu(model_dir)._replace(score=5.0))
     resumed = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
                                      verbose=0)
-    assert resumed.step == 2
+    assert resumed.step == 2 and resumed.best_bleu == 5.0
     result = resumed.train(max_steps=2)
     assert loads == [(model_dir,)] and result.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
     assert result.dev_checkpoint.endswith("-2")
