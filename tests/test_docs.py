@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from typing import NamedTuple, Optional, Tuple
 
@@ -242,7 +241,7 @@ def test_documented_command_lines_parse(command):
                 pytest.fail(f"{command.page}: python -m {command.key}: {errors.getvalue().strip()}")
 
 
-def test_the_readme_test_command_collects_the_suite():
+def test_the_readme_test_command_collects_the_suite(monkeypatch):
     """The README's test command (what .ci/run runs on a fresh machine): its install names extras that
     setup.py defines, with pytest and the plugin pyproject.toml's pytest options need; pyproject.toml
     points pytest at tests/, and the command's pytest line collects every test file there (collected
@@ -260,16 +259,27 @@ def test_the_readme_test_command_collects_the_suite():
         assert "pytest-xdist" in requirements  # the plugin that reads -n
     words = shlex.split(run)
     assert words[:3] == ["python", "-m", "pytest"]
-    # One process (-n 0 after the config's -n): the collection is the check, not the workers.
-    collected = subprocess.run([sys.executable, *words[1:], "--collect-only", "-n", "0", "-p", "no:cacheprovider"],
-                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
-    files = {line.split("::")[0] for line in collected.stdout.splitlines() if "::" in line}
+
+    class Collected:  # the test ids of the session below
+        ids = []
+
+        def pytest_collection_finish(self, session):
+            self.ids = [item.nodeid for item in session.items]
+
+    # Collected in this process, from ROOT as the command runs, with one worker (-n 0 after the config's
+    # -n): the collection is the check, not the workers. The test modules are imported already, so this
+    # costs seconds where a new process (TensorFlow's import, then every module's) costs 15 CPU-s.
+    collected = Collected()
+    monkeypatch.chdir(ROOT)
+    with contextlib.redirect_stdout(io.StringIO()) as output:
+        code = pytest.main([*words[3:], "--collect-only", "-n", "0", "-p", "no:cacheprovider"], plugins=[collected])
+    assert code == pytest.ExitCode.OK, output.getvalue()[-3000:]
+    files = {test_id.split("::")[0] for test_id in collected.ids}
     with_tests = {os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"),
                                                                      recursive=True)
                   if re.search(r"^def test_", open(path, encoding="utf-8").read(), flags=re.M)}
     assert files == with_tests and "tests/test_docs.py::test_the_readme_test_command_collects_the_suite" in \
-        collected.stdout.splitlines()
+        collected.ids
 
 
 def test_the_readme_names_every_console_script():
