@@ -272,7 +272,8 @@ def test_the_readme_test_command_collects_the_suite(monkeypatch):
     collected = Collected()
     monkeypatch.chdir(ROOT)
     with contextlib.redirect_stdout(io.StringIO()) as output:
-        code = pytest.main([*words[3:], "--collect-only", "-n", "0", "-p", "no:cacheprovider"], plugins=[collected])
+        code = pytest.main([*words[3:], "--collect-only", "-n", "0", "-p", "no:cacheprovider"],
+                           plugins=[collected])
     assert code == pytest.ExitCode.OK, output.getvalue()[-3000:]
     files = {test_id.split("::")[0] for test_id in collected.ids}
     with_tests = {os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"),

@@ -311,11 +311,15 @@ class Trainer:
             model_files.write_best_bleu(self.model_dir, model_files.BestBleu(
                 evaluation.bleu.score, step, evaluation.bleu.signature))
         weights = "averaged weights" if self.weight_average is not None else "weights"
+        if not kept:
+            standing = f"best {self.best_bleu:.2f}"
+        elif self.dev_record.evaluations_since_best == 0:
+            standing = "best so far"
+        else:
+            standing = "equals the best: now best/"
         self.log(
             f"step {step}: dev perplexity {perplexity:.2f}, dev BLEU {evaluation.bleu.score:.2f} "
-            f"({weights}, {evaluation.search}, delta {delta:.3g})"
-            + ((" (best so far)" if self.dev_record.evaluations_since_best == 0 else " (equals the best: now best/)")
-               if kept else f" (best {self.best_bleu:.2f})")
+            f"({weights}, {evaluation.search}, delta {delta:.3g}) ({standing})"
         )
         return perplexity, evaluation
 

@@ -52,9 +52,9 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     assert loads == [] and first.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
     # Resumed, with best/ recorded at a dev BLEU the resumed run will not reach (a tie would take best/,
     # callbacks.BestScore): its dev BLEU (0 again) is no new best, so best/ stays the first run's
-    # checkpoint, which this Trainer never evaluated. The resumed run is already at its max_steps, so it ends at once (the
-    # figure is chosen in the end of every run, _finish, trained or not): training on would trace the
-    # training step a second time and change nothing here.
+    # checkpoint, which this Trainer never evaluated. The resumed run is already at its max_steps, so it
+    # ends at once (the figure is chosen in the end of every run, _finish, trained or not): training on
+    # would trace the training step a second time and change nothing here.
     model_files.write_best_bleu(model_dir, model_files.read_best_bleu(model_dir)._replace(score=5.0))
     resumed = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
                                      verbose=0)

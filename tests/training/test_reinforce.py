@@ -220,11 +220,11 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     its checkpoint compares its dev BLEU with the best the run kept (best/best_bleu.txt), not with none.
 
     The dev references are Greek, which the number task's vocabulary cannot write: every dev BLEU is 0,
-    whatever the model, so only a run's first evaluation is an improvement; each later one equals the best
-    and takes best/ (BestScore: ties go to the later weights) without resetting the patience. The resumed Trainer evaluates
-    once instead of training on: the record its evaluations go to is the one the run's patience reads
-    (the first run stops only through it), and retracing the RL step for a second run would double the
-    test's time.
+    whatever the model, so only a run's first evaluation is an improvement; each later one equals the
+    best and takes best/ (BestScore: ties go to the later weights) without resetting the patience. The
+    resumed Trainer evaluates once instead of training on: the record its evaluations go to is the one
+    the run's patience reads (the first run stops only through it), and retracing the RL step for a
+    second run would double the test's time.
     """
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
     from gnmt_tf.training.trainer import Trainer
@@ -243,11 +243,12 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     logs = []
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
     result = trainer.train()
-    evaluated = [int(line.split(":")[0].split()[1]) for line in logs if "dev BLEU" in line]
+    dev_lines = [line for line in logs if "dev BLEU" in line]
+    evaluated = [int(line.split(":")[0].split()[1]) for line in dev_lines]
     assert evaluated == [2, 4] and result.step == 4  # 2: the first best; 4: not better, patience 1 is spent
     assert result.stop_reason == "dev BLEU did not improve in 1 evaluations (rl.patience)"
-    dev_lines = [line for line in logs if "dev BLEU" in line]
-    assert dev_lines[0].endswith("(best so far)") and dev_lines[1].endswith("(equals the best: now best/)"), logs
+    assert dev_lines[0].endswith("(best so far)"), logs
+    assert dev_lines[1].endswith("(equals the best: now best/)"), logs
     best = model_files.read_best_bleu(model_dir)
     assert (best.score, best.step) == (0.0, 4)  # the tie at step 4 took best/
     assert model_files.find_checkpoint(model_dir, "latest").endswith("ckpt-4")
@@ -257,7 +258,8 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     resumed = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
     assert resumed.step == 4 and resumed.best_bleu == 0.0
     resumed.evaluate_dev(resumed.step)
-    assert resumed.dev_record.evaluations_since_best == 1 and logs[-1].endswith("(equals the best: now best/)")
+    assert resumed.dev_record.evaluations_since_best == 1
+    assert logs[-1].endswith("(equals the best: now best/)")
     assert model_files.read_best_bleu(model_dir) == best
     assert model_files.find_checkpoint(model_dir, "best").endswith("-4")
 
