@@ -67,7 +67,7 @@ def _built_once_per_run(tmp_path_factory, name, build):
     returned; the others wait for the lock and load that. Without xdist it simply builds.
 
     GNMT_TESTS_KEEP_BUILT=<directory> keeps what is built there across runs, for someone
-    re-running a few test files while working on them (the fixture model trains for minutes);
+    re-running a few test files while working on them (the exports take a minute each);
     delete the directory when the code that builds them changes.
     """
     kept = os.environ.get("GNMT_TESTS_KEEP_BUILT")
@@ -95,159 +95,16 @@ def _built_once_per_run(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def trained_number_model(tmp_path_factory):
-    """A tiny GNMT trained on the number-word task (English -> French digits) until it meets FIXTURE_QUALITY.
+    """A tiny GNMT trained on the number-word task (English -> French digits): (model_dir, NumberModelRun).
 
-    Shared by the tests that need a model that really translates (training, beam search
-    through the Translator, the translate/evaluate command lines). Returns (model_dir, result).
-    Tests must not write into the model directory: copy it first.
+    The trained model kept in tests/assets/number_model/ (tests/number_model.py made it and says why),
+    copied and checked against its stated quality once per run. Shared by the tests that need a model
+    that really translates (beam search through the Translator, the translate/evaluate/export command
+    lines, serving). Tests must not write into the model directory: copy it first.
     """
-    return _built_once_per_run(tmp_path_factory, "number_model", _train_number_model)
+    from number_model import load_checked
 
-
-# The fixture model is trained until it meets a stated quality, not for a fixed number of steps: a
-# barely trained model lands somewhere else on another CPU's kernels (its float rounding differs), and
-# the tests built on it assert what an adequately trained model does. Training starts with
-# NUMBER_MODEL_STEPS steps of NUMBER_MODEL_BATCH pairs (a step of this tiny model costs about the same
-# at batch 32 and 64: per-op overhead, not arithmetic), then goes on QUALITY_CHECK_STEPS at a time
-# until FIXTURE_QUALITY holds. Whether this recipe gets there depends on where training starts.
-# Measured with single-threaded TensorFlow: from seed 1237's initial weights it met the quality at 700
-# steps, from 1234's at 800 (but in one suite run not by 1500), and from 1235, 1236 and 1238 not by
-# 1500, 1500 and 1000 (held-out exactness 1%, 54%, 96%). So a start that has not met it after
-# MAX_NUMBER_MODEL_STEPS is given up and training starts again from the next of NUMBER_MODEL_SEEDS
-# (untried ones after the two that met it); the run fails, with what each start still got wrong, only
-# when every one fell short.
-NUMBER_MODEL_STEPS, NUMBER_MODEL_BATCH = 600, 64
-QUALITY_CHECK_STEPS, MAX_NUMBER_MODEL_STEPS = 100, 1000
-NUMBER_MODEL_SEEDS = (1237, 1234, 1239, 1240, 1241)
-# The sentences the tests translate and expect the number task's answer for (up to five words, the
-# training pairs' lengths), each of which must come out right greedily and with the config's beam search.
-PROBE_SENTENCES = (
-    "three one four", "nine nine", "two five eight nine", "seven six", "one two three", "one two",
-    "two five eight", "six seven", "eight six", "six six one", "one one", "eight eight", "five five five",
-    "nine eight", "one six", "six one", "five six", "two three four five", "one two three four",
-    "seven six five four three", "zero five two eight six", "eight nine zero one two", "one two four three five",
-    "one two three four five", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-)
-FIXTURE_QUALITY = (
-    "every probe sentence translated exactly, greedily and with the beam search; at least 97% of 100 "
-    "held-out pairs translated exactly with the beam search"
-)
-HELD_OUT_EXACT = 0.97
-
-
-def _train_number_model(tmp_path):
-    shortfalls = []
-    for seed in NUMBER_MODEL_SEEDS:
-        start = tmp_path / f"seed{seed}"
-        start.mkdir()
-        trained, shortfall = _train_number_model_from(start, seed)
-        if trained is not None:
-            return trained
-        shortfalls.append(f"seed {seed}: {shortfall}")
-    raise AssertionError(f"the fixture model did not reach its quality ({FIXTURE_QUALITY}) in "
-                         f"{MAX_NUMBER_MODEL_STEPS} steps from any start: " + " | ".join(shortfalls))
-
-
-def _train_number_model_from(tmp_path, seed):
-    """((model_dir, result), "") once the model trained from ``seed``'s initial weights meets
-    FIXTURE_QUALITY, or (None, what it still got wrong) after MAX_NUMBER_MODEL_STEPS."""
-    import tf_keras as keras
-
-    from test_training import tiny_number_setup
-    from gnmt_tf import model_files
-    from gnmt_tf.training.trainer import Trainer
-
-    keras.utils.set_random_seed(seed)
-    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
-        tmp_path, steps=NUMBER_MODEL_STEPS, **{"training.batch_size": NUMBER_MODEL_BATCH,
-                                               "training.max_steps": MAX_NUMBER_MODEL_STEPS})
-    # dev.tsv as python -m gnmt_tf.train keeps it with the model (the int8 exporter checks its BLEU
-    # on it); test.tsv is held out from both, so that a test measuring on it is independent of them.
-    model_files.write_dev_split(model_dir, dev_pairs)
-    test_pairs = held_out_number_pairs(100, train_pairs + dev_pairs)
-    with open(f"{model_dir}/test.tsv", "w", encoding="utf-8") as handle:
-        for source, target in test_pairs:
-            handle.write(f"{source}\t{target}\n")
-    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
-    check = FixtureCheck(model_dir, test_pairs)
-    steps = NUMBER_MODEL_STEPS
-    while True:
-        result = trainer.train(max_steps=steps)
-        shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
-                              if (problem := check.shortfall(which)))
-        if not shortfall:
-            return (model_dir, result), ""
-        if steps >= MAX_NUMBER_MODEL_STEPS:
-            return None, shortfall
-        steps += QUALITY_CHECK_STEPS
-
-
-def _distinct_checkpoints(model_dir):
-    """"best" and "latest", or "best" alone when both are the last step's weights (the raw weights: the
-    fixture keeps no average) and one check would repeat the other."""
-    from gnmt_tf import model_files
-
-    step = lambda which: model_files.find_checkpoint(model_dir, which).rsplit("-", 1)[1]
-    return ("best",) if step("best") == step("latest") else ("best", "latest")
-
-
-class FixtureCheck:
-    """What a checkpoint of the fixture model still gets wrong of FIXTURE_QUALITY ("" when it meets it).
-
-    Both checkpoints the tests load ("best", the default, and "latest") must meet it. One model and
-    one translator serve every check of a build: each checkpoint is restored into the same variables,
-    so the translator's searches are traced once, not once per checkpoint and round.
-    """
-
-    def __init__(self, model_dir, held_out_pairs):
-        self.model_dir, self.held_out_pairs = model_dir, held_out_pairs
-        self.model = self.translator = None
-
-    def _load(self, which):
-        import tensorflow as tf
-
-        from gnmt_tf import model_files
-        from gnmt_tf.inference.translator import Translator
-
-        path = model_files.find_checkpoint(self.model_dir, which)
-        if self.model is None:
-            config, tokenizer = model_files.load_metadata(self.model_dir)
-            self.model = model_files.build_model(config, path)
-            self.translator = Translator(self.model, tokenizer, config.decoding)
-        else:  # every variable, the trained delta included (build_model's restore)
-            tf.train.Checkpoint(model=self.model).restore(path).assert_existing_objects_matched().expect_partial()
-
-    def shortfall(self, which):
-        from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS
-
-        self._load(which)
-        french = dict(zip(ENGLISH_NUMBERS, FRENCH_NUMBERS))
-        expected = [" ".join(french[word] for word in sentence.split()) for sentence in PROBE_SENTENCES]
-        problems = []
-        for name, outputs in (("greedy", [t.text for t in self.translator.greedy(list(PROBE_SENTENCES))]),
-                              ("beam", [t.text for t in self.translator.translate(list(PROBE_SENTENCES))])):
-            wrong = [(s, o) for s, o, e in zip(PROBE_SENTENCES, outputs, expected) if o != e]
-            if wrong:
-                problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
-        pairs = self.held_out_pairs
-        outputs = [t.text for t in self.translator.translate([source for source, _ in pairs])]
-        exact = sum(o == target for o, (_, target) in zip(outputs, pairs)) / len(pairs)
-        if exact < HELD_OUT_EXACT:
-            problems.append(f"{exact:.0%} of the held-out pairs exact")
-        return "; ".join(problems)
-
-
-def held_out_number_pairs(count, seen_pairs):
-    """``count`` distinct number-task pairs whose sources are not among ``seen_pairs``' sources."""
-    from helpers import number_word_pairs
-
-    seen = {source for source, _ in seen_pairs}
-    held_out = {}
-    for source, target in number_word_pairs(20 * count, seed=3, min_len=1):
-        if source not in seen:
-            held_out.setdefault(source, target)
-    assert len(held_out) >= count, "too few unseen pairs: draw more"
-    return list(held_out.items())[:count]
+    return _built_once_per_run(tmp_path_factory, "number_model", load_checked)
 
 
 @pytest.fixture(scope="session")
@@ -342,8 +199,7 @@ def copy_version(version_dir, base, version=1):
 # The test files that take longest, in the order they start (pyproject.toml runs the suite on
 # xdist workers, a file at a time, with --no-loadscope-reorder so that this order holds): the
 # longest first, so that the workers finish together instead of one running a long file alone at
-# the end. The first file needs no trained fixture model, so its worker does not sit idle while
-# another one trains it (the second file's first test).
+# the end.
 LONGEST_FILES_FIRST = (
     "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
     "test_serving_server.py", "test_export_int8.py", "test_export_cli.py",

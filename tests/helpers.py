@@ -67,9 +67,11 @@ def number_word_pairs(n, seed=0, min_len=2, max_len=5):
 
 
 def write_number_training_tsv(path):
-    """The training pairs of the session's number model (conftest.py) as a TSV file, for --train."""
+    """The training pairs of the session's number model (tests/number_model.py) as a TSV file, for --train."""
+    from number_model import number_training_pairs
+
     with open(path, "w", encoding="utf-8") as handle:
-        for source, target in number_word_pairs(2000, seed=1, min_len=1):
+        for source, target in number_training_pairs():
             handle.write(f"{source}\t{target}\n")
     return str(path)
 

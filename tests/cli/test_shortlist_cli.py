@@ -20,7 +20,7 @@ COMMAND = [sys.executable, "-m", "gnmt_tf.shortlist"]
 def untrained_model_dir(tmp_path_factory):
     """A model directory as python -m gnmt_tf.train starts it (config, vocabulary, dev split), no checkpoint:
     all the shortlist needs."""
-    from test_training import tiny_number_setup
+    from number_model import tiny_number_setup
 
     directory = tmp_path_factory.mktemp("shortlist_cli")
     _, model_dir, _, dev_pairs, _ = tiny_number_setup(directory, steps=10)

@@ -234,7 +234,7 @@ def test_quantizer_variables_stay_out_of_the_model_and_its_checkpoint(tmp_path, 
 def test_the_trainer_compiles_and_evaluates_with_qat(tmp_path, rng):
     """training.quantization_aware: the compiled steps (and Keras call) and the dev translator read the
     LSTM kernels fake-quantized, each through a transform given at construction."""
-    from test_training import tiny_number_setup
+    from number_model import tiny_number_setup
     from gnmt_tf.training.trainer import Trainer
 
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
