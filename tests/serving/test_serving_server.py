@@ -919,19 +919,30 @@ def drain_flags(directory):
             "--shutdown_grace_seconds", "30"]
 
 
+class SentenceLengths(tf.Module):
+    """A second model for a config file: a SavedModel of one small signature, which loads at once."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, sentences):
+        return {"lengths": tf.strings.length(sentences)}
+
+
 @pytest.fixture(scope="module")
 def sigterm_server(exported, tmp_path_factory):
-    """A ``python -m serving.server`` process serving a --model_config_file with two models.
+    """A ``python -m serving.server`` process serving a --model_config_file of two models.
 
-    It stays behind a plain ``timeout`` (which passes the signal on and may also signal the group:
-    a repeated SIGTERM must not cut the drain short).
+    The second, ``lengths``, is another SavedModel (a second load of the translator would cost
+    seconds of CPU for nothing more). The process stays behind a plain ``timeout`` (which passes the
+    signal on and may also signal the group: a repeated SIGTERM must not cut the drain short).
     """
     directory = tmp_path_factory.mktemp("draining")
+    lengths = SentenceLengths()
+    tf.saved_model.save(lengths, str(directory / "lengths" / "1"), signatures={"serving_default": lengths.serve})
     config = directory / "models.config"
     config.write_text(
         "model_config_list {\n"
         f'  config {{ name: "gnmt" base_path: "{exported}" model_platform: "tensorflow" }}\n'
-        f'  config {{ name: "gnmt_copy" base_path: "{exported}" model_platform: "tensorflow" }}\n'
+        f'  config {{ name: "lengths" base_path: "{directory / "lengths"}" model_platform: "tensorflow" }}\n'
         "}\n")
     rest_port = free_port()
     server = ServerProcess(["--rest_api_port", str(rest_port), "--model_config_file", str(config),
@@ -980,10 +991,13 @@ def _grpc_port_closed(port):
 def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of):
     server, rest_port = sigterm_server
     started = server.wait_until_serving()
-    assert "gnmt (version 1), gnmt_copy (version 1)" in started
+    assert "gnmt (version 1), lengths (version 1)" in started
     grpc_port = server.grpc_port
-    status, answer = rest(rest_port, "GET", "/v1/models/gnmt_copy")
+    status, answer = rest(rest_port, "GET", "/v1/models/lengths")
     assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
+    status, answer = rest(rest_port, "GET", "/v1/models/lengths/metadata")  # the config's second model, by name
+    signatures = answer["metadata"]["signature_def"]["signature_def"]
+    assert status == 200 and set(signatures["serving_default"]["outputs"]) == {"lengths"}
     _signal_in_flight(server.send_signal, rest_port, signal.SIGTERM, score_of)
     _stopped_cleanly(server.wait(60), server.log, rest_port, signal.SIGTERM)
     _grpc_port_closed(grpc_port)
