@@ -148,7 +148,7 @@ def calls(trained_number_model):
 
 @pytest.fixture(scope="module")
 def warmup_request(exports):
-    """What the check command asks the runtime for the float export: its warm-up requests, by its directory."""
+    """What the check command asks the runtime for the float export: its warm-up requests, by directory."""
     directory = exports["float"]
     return {directory: {"path": os.path.abspath(directory), "calls": serving_runtime.warmup_calls(directory)}}
 

@@ -937,7 +937,8 @@ def sigterm_server(exported, tmp_path_factory):
     """
     directory = tmp_path_factory.mktemp("draining")
     lengths = SentenceLengths()
-    tf.saved_model.save(lengths, str(directory / "lengths" / "1"), signatures={"serving_default": lengths.serve})
+    tf.saved_model.save(lengths, str(directory / "lengths" / "1"),
+                        signatures={"serving_default": lengths.serve})
     config = directory / "models.config"
     config.write_text(
         "model_config_list {\n"
@@ -995,7 +996,7 @@ def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of
     grpc_port = server.grpc_port
     status, answer = rest(rest_port, "GET", "/v1/models/lengths")
     assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
-    status, answer = rest(rest_port, "GET", "/v1/models/lengths/metadata")  # the config's second model, by name
+    status, answer = rest(rest_port, "GET", "/v1/models/lengths/metadata")  # the second model, by name
     signatures = answer["metadata"]["signature_def"]["signature_def"]
     assert status == 200 and set(signatures["serving_default"]["outputs"]) == {"lengths"}
     _signal_in_flight(server.send_signal, rest_port, signal.SIGTERM, score_of)
@@ -1041,7 +1042,8 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
 
     def client():
         try:
-            wait_for(lambda: re.search(r" serving \S+ \(version", log.text) or not running.is_set(), timeout=180)
+            wait_for(lambda: re.search(r" serving \S+ \(version", log.text) or not running.is_set(),
+                     timeout=180)
             outcome["started"] = re.search(r".* serving \S+ \(version.*", log.text)[0]
             outcome["grpc_port"] = int(re.search(r"Running gRPC ModelServer at [\d.]+:(\d+)", log.text)[1])
             _signal_in_flight(send_signal, rest_port, signal.SIGINT, score_of)
@@ -1069,7 +1071,7 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
         # A late SIGINT must not reach serve()'s handler, which takes a second one for "exit now".
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         thread.join(60)
-        for number, handler in handlers.items():  # serve() installed its drain: pytest's own handlers come back
+        for number, handler in handlers.items():  # serve() installed its drain: pytest's handlers come back
             signal.signal(number, handler)
     if "error" in outcome:
         raise outcome["error"]
