@@ -147,11 +147,31 @@ def calls(trained_number_model):
 
 
 @pytest.fixture(scope="module")
-def runtime_answers(runtime_python, exports, calls, jxl_export):
-    """One process of the runtime loads every export (and the JPEG XL one) and answers the calls."""
+def warmup_request(exports):
+    """What the check command asks the runtime for the float export: its warm-up requests, by directory."""
+    directory = exports["float"]
+    return {directory: {"path": os.path.abspath(directory), "calls": serving_runtime.warmup_calls(directory)}}
+
+
+@pytest.fixture(scope="module")
+def runtime_answers(runtime_python, exports, calls, jxl_export, warmup_request):
+    """One process of the runtime loads every export (and the JPEG XL one) and answers the calls.
+
+    The float export is also asked the check command's warm-up requests there (after the calls), so
+    that one TensorFlow start and one load serve both; ``"warmup_answers"`` holds what
+    :func:`serving_runtime.call_in_runtime` returns for the check command's own request.
+    """
+    [(directory, warmup)] = warmup_request.items()
     requests = {name: {"path": path, "calls": calls} for name, path in exports.items()}
+    requests["float"]["calls"] = calls + warmup["calls"]
     requests["jxl"] = {"path": jxl_export, "calls": []}
-    return call_in_runtime(runtime_python, requests)
+    runtime = call_in_runtime(runtime_python, requests)
+    answered = runtime["answers"]["float"]
+    runtime["warmup_answers"] = dict(runtime, answers={directory: answered if "error" in answered else
+                                                      {"outputs": answered["outputs"][len(calls):]}})
+    if "error" not in answered:
+        answered["outputs"] = answered["outputs"][:len(calls)]
+    return runtime
 
 
 def test_the_runtime_is_tf_serving_s_and_has_nothing_of_gnmt_tf(runtime_answers):
@@ -192,10 +212,25 @@ def test_the_committed_op_list_is_what_the_runtime_registers(runtime_answers):
     assert PYTHON_ONLY_OPS <= set(runtime_answers["ops"])  # left out on purpose, not absent
 
 
-def test_the_check_command_replays_the_warmup_requests_in_the_runtime(runtime_python, exports, capsys):
-    """python -m export.serving_runtime check VERSION_DIR: the load check by hand."""
+def test_the_check_command_replays_the_warmup_requests_in_the_runtime(runtime_python, exports, warmup_request,
+                                                                      runtime_answers, monkeypatch, capsys):
+    """python -m export.serving_runtime check VERSION_DIR: the load check by hand.
+
+    Its request to the runtime is answered by the module's one runtime process (runtime_answers),
+    which was asked that very request (checked here): a TensorFlow 2.20 start and a load less. The
+    command's work, reading the warm-up requests, replaying them here and comparing, runs as it is.
+    """
     venv = os.path.dirname(os.path.dirname(runtime_python))
+    asked = []
+
+    def answered_by_the_module_s_runtime(python, exports_asked, timeout=serving_runtime.RUN_TIMEOUT):
+        asked.append((python, exports_asked))
+        return runtime_answers["warmup_answers"]
+
+    monkeypatch.setattr(serving_runtime, "call_in_runtime", answered_by_the_module_s_runtime)
     assert serving_runtime.main(["check", "--path", venv, exports["float"]]) == 0
+    assert asked == [(runtime_python, warmup_request)]
+    assert len(warmup_request[exports["float"]]["calls"]) == 5
     [line] = capsys.readouterr().out.splitlines()
     assert re.fullmatch(rf"{re.escape(exports['float'])}: the same translations of 5 warm-up requests in "
                         rf"TensorFlow 2\.20\.\d+ with tensorflow-text 2\.20\.\d+ as in TensorFlow "

@@ -7,6 +7,7 @@ directly in this process.
 """
 
 import base64
+import contextlib
 import math
 import http.client
 import json
@@ -906,44 +907,55 @@ def test_cli_startup_failures_exit_1_with_a_clear_message(tmp_path):
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def draining_servers(exported, tmp_path_factory):
-    """Two ``python -m serving.server`` processes started side by side, one to stop with each signal.
+DRAIN_BATCHING = ("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 8000000 }\n"
+                  "num_batch_threads { value: 1 }\n")
 
-    Both batch with a long batch timeout, which keeps a request in flight for seconds. The SIGTERM
-    one serves a --model_config_file with two models and stays behind a plain ``timeout`` (which
-    passes the signal on and may also signal the group: a repeated SIGTERM must not cut the drain
-    short); the SIGINT one uses --model_name/--model_base_path.
+
+def drain_flags(directory):
+    """Batching with a long batch timeout, which keeps a request in flight for seconds, and the grace."""
+    batching = directory / "batching.config"
+    batching.write_text(DRAIN_BATCHING)
+    return ["--port", "0", "--enable_batching", "--batching_parameters_file", str(batching),
+            "--shutdown_grace_seconds", "30"]
+
+
+class SentenceLengths(tf.Module):
+    """A second model for a config file: a SavedModel of one small signature, which loads at once."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, sentences):
+        return {"lengths": tf.strings.length(sentences)}
+
+
+@pytest.fixture(scope="module")
+def sigterm_server(exported, tmp_path_factory):
+    """A ``python -m serving.server`` process serving a --model_config_file of two models.
+
+    The second, ``lengths``, is another SavedModel (a second load of the translator would cost
+    seconds of CPU for nothing more). The process stays behind a plain ``timeout`` (which passes the
+    signal on and may also signal the group: a repeated SIGTERM must not cut the drain short).
     """
     directory = tmp_path_factory.mktemp("draining")
+    lengths = SentenceLengths()
+    tf.saved_model.save(lengths, str(directory / "lengths" / "1"),
+                        signatures={"serving_default": lengths.serve})
     config = directory / "models.config"
     config.write_text(
         "model_config_list {\n"
         f'  config {{ name: "gnmt" base_path: "{exported}" model_platform: "tensorflow" }}\n'
-        f'  config {{ name: "gnmt_copy" base_path: "{exported}" model_platform: "tensorflow" }}\n'
+        f'  config {{ name: "lengths" base_path: "{directory / "lengths"}" model_platform: "tensorflow" }}\n'
         "}\n")
-    batching = directory / "batching.config"
-    batching.write_text("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 8000000 }\n"
-                        "num_batch_threads { value: 1 }\n")
-    common = ["--port", "0", "--enable_batching", "--batching_parameters_file", str(batching),
-              "--shutdown_grace_seconds", "30"]
-    ports = {signal.SIGTERM: free_port(), signal.SIGINT: free_port()}
-    servers = {
-        signal.SIGTERM: ServerProcess(["--rest_api_port", str(ports[signal.SIGTERM]), "--model_config_file",
-                                       str(config), *common], watchdog_seconds=240),
-        signal.SIGINT: ServerProcess(["--rest_api_port", str(ports[signal.SIGINT]), "--model_name", "gnmt",
-                                      "--model_base_path", exported, *common], watchdog_seconds=240,
-                                     foreground=True),
-    }
+    rest_port = free_port()
+    server = ServerProcess(["--rest_api_port", str(rest_port), "--model_config_file", str(config),
+                            *drain_flags(directory)], watchdog_seconds=240)
     try:
-        yield {number: (servers[number], ports[number]) for number in servers}
+        yield server, rest_port
     finally:
-        for server in servers.values():
-            server.kill()
+        server.kill()
 
 
-def _drains_on(server, rest_port, number, score_of):
-    """Sends ``number`` while a request waits for its batch: the request is answered, then exit 0."""
+def _signal_in_flight(send_signal, rest_port, number, score_of):
+    """Sends ``number`` while a request waits for its batch: the request is answered at once."""
     result = {}
     in_flight = threading.Thread(target=lambda: result.update(
         answer=rest(rest_port, "POST", "/v1/models/gnmt:predict", {"instances": ["three one four", "nine"]})))
@@ -951,16 +963,19 @@ def _drains_on(server, rest_port, number, score_of):
     in_flight.start()
     time.sleep(1.5)
     assert in_flight.is_alive()  # waiting for its batch
-    server.send_signal(number)
+    send_signal(number)
     in_flight.join(60)
     assert result["answer"] == (200, {"predictions": [
         {"translations": "trois un quatre", "scores": score_of("three one four")},
         {"translations": "neuf", "scores": score_of("nine")}]})
     assert time.monotonic() - start < 8  # the drain ran the batch at once rather than after its timeout
-    assert server.wait(60) == 0, server.log[-3000:]
-    text = server.log
-    assert f"received {number.name}" in text and "stopped" in text and "cut off" not in text, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]
+
+
+def _stopped_cleanly(status, log, rest_port, number):
+    """Exit status 0, the signal and "stopped" in the log, nothing cut off, and the REST port closed."""
+    assert status == 0, log[-3000:]
+    assert f"received {number.name}" in log and "stopped" in log and "cut off" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", rest_port), timeout=5).close()
 
@@ -974,23 +989,94 @@ def _grpc_port_closed(port):
         channel.close()
 
 
-def test_cli_serves_a_config_file_and_drains_on_sigterm(draining_servers, score_of):
-    server, rest_port = draining_servers[signal.SIGTERM]
+def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of):
+    server, rest_port = sigterm_server
     started = server.wait_until_serving()
-    assert "gnmt (version 1), gnmt_copy (version 1)" in started
+    assert "gnmt (version 1), lengths (version 1)" in started
     grpc_port = server.grpc_port
-    status, answer = rest(rest_port, "GET", "/v1/models/gnmt_copy")
+    status, answer = rest(rest_port, "GET", "/v1/models/lengths")
     assert status == 200 and answer["model_version_status"][0]["state"] == "AVAILABLE"
-    _drains_on(server, rest_port, signal.SIGTERM, score_of)
+    status, answer = rest(rest_port, "GET", "/v1/models/lengths/metadata")  # the second model, by name
+    signatures = answer["metadata"]["signature_def"]["signature_def"]
+    assert status == 200 and set(signatures["serving_default"]["outputs"]) == {"lengths"}
+    _signal_in_flight(server.send_signal, rest_port, signal.SIGTERM, score_of)
+    _stopped_cleanly(server.wait(60), server.log, rest_port, signal.SIGTERM)
     _grpc_port_closed(grpc_port)
 
 
-def test_cli_drains_on_sigint_and_says_it_stopped(draining_servers, score_of):
-    """Ctrl-C once: the same drain as SIGTERM (a second Ctrl-C would exit at once)."""
-    server, rest_port = draining_servers[signal.SIGINT]
-    assert "gnmt (version 1)" in server.wait_until_serving()
-    grpc_port = server.grpc_port
-    _drains_on(server, rest_port, signal.SIGINT, score_of)
-    assert re.search(r"^\S+ \S+ stopped$", server.log, re.MULTILINE), server.log[-3000:]  # "<time> stopped"
-    assert "received SIGINT again" not in server.log  # the watchdog passed the signal on once
-    _grpc_port_closed(grpc_port)
+class _Lines:
+    """A text stream that keeps what is written to it, for main()'s log read from another thread."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, text):
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    @property
+    def text(self):
+        return "".join(self.parts)
+
+
+def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
+    """Ctrl-C once: the same drain as SIGTERM (a second Ctrl-C would exit at once).
+
+    The command is main(args) in this process, which receives the SIGINT, as a terminal's Ctrl-C
+    sends it (the SIGTERM test runs the command as a process behind a wrapper; here the subject is
+    main's handling of the signal, and the run spares a TensorFlow start). main() stays in the main
+    thread, where Python runs signal handlers; a client thread sends the request and the signal.
+    """
+    rest_port = free_port()
+    args = ["--rest_api_port", str(rest_port), "--model_name", "gnmt", "--model_base_path", exported,
+            *drain_flags(tmp_path)]
+    log, outcome = _Lines(), {}
+    running, signalled = threading.Event(), threading.Event()
+
+    def send_signal(number):
+        signalled.set()
+        os.kill(os.getpid(), number)
+
+    def client():
+        try:
+            wait_for(lambda: re.search(r" serving \S+ \(version", log.text) or not running.is_set(),
+                     timeout=180)
+            outcome["started"] = re.search(r".* serving \S+ \(version.*", log.text)[0]
+            outcome["grpc_port"] = int(re.search(r"Running gRPC ModelServer at [\d.]+:(\d+)", log.text)[1])
+            _signal_in_flight(send_signal, rest_port, signal.SIGINT, score_of)
+        except BaseException as error:  # noqa: BLE001  raised again in the test's thread
+            outcome["error"] = error
+        finally:
+            if running.is_set() and not signalled.is_set():  # failed before the signal: stop the server
+                send_signal(signal.SIGINT)
+
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    thread = threading.Thread(target=client, daemon=True)
+    # The watchdog: one SIGINT after 240 s stops the server if the client thread has not (the
+    # server's grace then bounds the drain; a second SIGINT would end this process).
+    watchdog = threading.Timer(240, lambda: running.is_set() and not signalled.is_set()
+                               and send_signal(signal.SIGINT))
+    running.set()
+    try:
+        with contextlib.redirect_stderr(log):
+            thread.start()
+            watchdog.start()
+            status = main(args)
+    finally:
+        running.clear()
+        watchdog.cancel()
+        # A late SIGINT must not reach serve()'s handler, which takes a second one for "exit now".
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        thread.join(60)
+        for number, handler in handlers.items():  # serve() installed its drain: pytest's handlers come back
+            signal.signal(number, handler)
+    if "error" in outcome:
+        raise outcome["error"]
+    assert "gnmt (version 1)" in outcome["started"]
+    _stopped_cleanly(status, log.text, rest_port, signal.SIGINT)
+    assert re.search(r"^\S+ \S+ stopped$", log.text, re.MULTILINE), log.text[-3000:]  # "<time> stopped"
+    assert "received SIGINT again" not in log.text  # one Ctrl-C, one drain
+    _grpc_port_closed(outcome["grpc_port"])
