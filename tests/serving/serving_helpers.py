@@ -53,13 +53,12 @@ class ServerProcess:
     """``python -m serving.server ARGS`` under coreutils ``timeout`` (the watchdog: it kills the server
     after ``watchdog_seconds`` even if the test process died first), its stderr read by a thread.
 
-    ``foreground``: ``timeout --foreground`` passes a signal it receives to the server once; without
-    it, ``timeout`` also signals its process group, so the server may see the signal twice (which a
-    SIGINT test must avoid: a second SIGINT means "exit now").
+    ``timeout`` also signals its process group, so the server may see a signal twice (the SIGTERM
+    test's subject: a repeated SIGTERM must not cut the drain short).
     """
 
-    def __init__(self, args, watchdog_seconds=300, foreground=False):
-        wrapper = ["timeout", *(["--foreground"] if foreground else []), "-k", "10", str(watchdog_seconds)]
+    def __init__(self, args, watchdog_seconds=300):
+        wrapper = ["timeout", "-k", "10", str(watchdog_seconds)]
         # A session of its own, so that kill() can end the wrapper and the server together.
         self.process = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "serving.server", *args], env=ENV, cwd=ROOT,
