@@ -153,7 +153,9 @@ PRODUCTS = ("MatMul",)
 
 
 def training_step(model):
-    @tf.function
+    # Without AutoGraph, as GNMT.train_step is traced in training: the layers' loops and branches on
+    # tensors are tf.while_loop / tf.cond already, and converting their source would only add to the trace.
+    @tf.function(autograph=False)
     def step(source, target_in, target_out):
         with tf.GradientTape() as tape:
             logits, probs = model.forward(source, target_in, training=True)
