@@ -17,7 +17,8 @@ from gnmt_tf.quantization.weights import FakeQuantizedWeights
 from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 from gnmt_tf.data import make_dataset, read_tsv
 from gnmt_tf.models.losses import SequenceCrossEntropy
-from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.models.gnmt import GNMT, unpack_batch
+from gnmt_tf.models.objectives import MaximumLikelihood
 from helpers import ROOT, copy_task, tiny_model_config, write_number_training_tsv
 
 
@@ -361,14 +362,27 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
 
 
 def _float_and_int8_losses(model_dir, *pair_sets):
-    """{"float": [loss on each pair set], "int8": [...]} of the latest checkpoint of ``model_dir``."""
+    """{"float": [loss on each pair set], "int8": [...]} of the latest checkpoint of ``model_dir``.
+
+    The loss model.evaluate reports (the evaluation objective of GNMT.test_step, its mean over
+    sentences), computed eagerly: each of the four (weights, pair set) figures is needed once, and
+    tracing the test step for each would cost several times more than running it.
+    """
     model, tokenizer, _ = model_files.load_model_dir(model_dir, which="latest")
     datasets = [make_dataset(pairs, tokenizer.tokenize, batch_size=len(pairs), max_length=50, bucket_width=50,
                              shuffle_buffer=1, seed=0, training=False) for pairs in pair_sets]
+    objective = MaximumLikelihood(SequenceCrossEntropy())  # GNMT.test_step's, for a compiled loss
     losses = {}
     for name, transform in (("float", None), ("int8", FakeQuantizedWeights(model))):
-        model.compile(loss=SequenceCrossEntropy(), weight_transform=transform)
-        losses[name] = [model.evaluate(data, verbose=0, return_dict=True)["loss"] for data in datasets]
+        weights = WeightReader(transform)
+        losses[name] = []
+        for data in datasets:
+            total = sentences = 0.0
+            for inputs, targets in data:
+                loss, _ = objective.loss(model, unpack_batch((inputs, targets)), training=False, weights=weights)
+                total += float(loss) * len(targets)
+                sentences += len(targets)
+            losses[name].append(total / sentences)
     return losses
 
 
