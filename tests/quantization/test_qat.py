@@ -381,7 +381,8 @@ def _float_and_int8_losses(model_dir, *pair_sets):
         for data in datasets:
             total = sentences = 0.0
             for inputs, targets in data:
-                loss, _ = objective.loss(model, unpack_batch((inputs, targets)), training=False, weights=weights)
+                batch = unpack_batch((inputs, targets))
+                loss, _ = objective.loss(model, batch, training=False, weights=weights)
                 total += float(loss) * len(targets)
                 sentences += len(targets)
             losses[name].append(total / sentences)

@@ -291,8 +291,8 @@ def rl_refined_number_model(trained_number_model, tmp_path_factory):
     nothing to show in a few steps. The start here is that model with its softmax weights
     scaled by 0.4: the same greedy translations, but samples spread over many wrong words
     (sampled GLEU about 0.3), as in an undertrained model. RL must sharpen it again. Batches of 8
-    sentences (not the model's 64) cost a third of the CPU and raise the held-out GLEU as much
-    (measured over three runs: +0.11 to +0.12 at batch 8 or 16, +0.08 at 64).
+    sentences (not the model's 64) cost about half the CPU and raise the held-out GLEU at least as
+    much (measured: +0.11 to +0.12 in runs at batch 8 and 16; about +0.08 at 64).
     """
     model_dir, _ = trained_number_model
     work = tmp_path_factory.mktemp("rl")
@@ -333,7 +333,7 @@ def test_rl_refinement_raises_the_expected_gleu_on_held_out_data(rl_refined_numb
     before = _held_out_expected_gleu(init_dir, "latest", held_out)
     after = _held_out_expected_gleu(out_dir, "latest", held_out)
     assert before < 0.5  # the flattened start really is poor under sampling
-    assert after > before + 0.05, (before, after)  # measured: 0.31 -> 0.42 to 0.43 (batch 8 and 16, three runs)
+    assert after > before + 0.05, (before, after)  # measured: 0.31 -> 0.42 to 0.43 (fixture docstring)
 
 
 def test_cli_refine_rl_resume_guard(rl_refined_number_model, tmp_path):
