@@ -21,7 +21,8 @@ from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
 
 def _model(**overrides):
-    model = GNMT(tiny_model_config(dropout=0.0, **overrides))
+    # The tiny config at the least depth (helpers.SHALLOW): the subject is the step, not the layers.
+    model = GNMT(tiny_model_config(dropout=0.0, **SHALLOW_MODEL, **overrides))
     model.build()
     return model
 
@@ -142,7 +143,7 @@ def test_compile_refuses_what_the_step_cannot_honour():
 
 
 def test_a_saved_compiled_model_loads_compiled_and_trains_on_as_the_original(rng, tmp_path):
-    model = _model(**SHALLOW_MODEL)
+    model = _model()
     # Eagerly (Keras' own switch, which the saved file keeps): the four steps and evaluations below would
     # each trace the model's step once, which costs many times more than running it.
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=SequenceCrossEntropy(), run_eagerly=True)
