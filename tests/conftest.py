@@ -201,13 +201,13 @@ def copy_version(version_dir, base, version=1):
 # longest first, so that the workers finish together instead of one running a long file alone at
 # the end.
 LONGEST_FILES_FIRST = (
-    "test_notebook.py", "test_training.py", "test_distributed.py", "test_train_cli.py", "test_docs.py",
-    "test_serving_server.py", "test_export_int8.py", "test_export_cli.py",
+    "test_notebook.py", "test_distributed.py", "test_docs.py", "test_serving_server.py", "test_export_int8.py",
     # after the exports it loads, so that it finds them made and, on a new machine, TF Serving's
     # runtime built meanwhile in the background (below)
     "test_serving_runtime.py",
-    "test_export_shortlist.py", "test_translator.py", "test_qat.py", "test_reinforce.py",
-    "test_export_saved_model.py", "test_plots.py",
+    "test_reinforce.py", "test_export_shortlist.py", "test_qat.py", "test_training.py",
+    "test_export_saved_model.py", "test_train_cli.py", "test_translator.py", "test_export_cli.py",
+    "test_model_parallel.py", "test_model.py", "test_plots.py",
     "test_translate_cli.py", "test_evaluate_cli.py", "test_shortlist_cli.py", "test_summary_cli.py",
 )
 
