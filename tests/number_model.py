@@ -120,7 +120,10 @@ def load_checked(directory):
     shutil.copytree(ASSET, model_dir, ignore=shutil.ignore_patterns(RUN_FILE))
     with open(os.path.join(ASSET, RUN_FILE), encoding="utf-8") as handle:
         run = NumberModelRun(**json.load(handle))
-    check = FixtureCheck(model_dir, _read_pairs(os.path.join(model_dir, "test.tsv")), weights_only=True)
+    from gnmt_tf.data import read_tsv
+
+    held_out, _ = read_tsv(os.path.join(model_dir, "test.tsv"))
+    check = FixtureCheck(model_dir, held_out, weights_only=True)
     try:
         shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
                               if (problem := check.shortfall(which)))
@@ -131,11 +134,6 @@ def load_checked(directory):
         raise AssertionError(f"the number model in {ASSET} falls short of its quality ({FIXTURE_QUALITY}) "
                              f"on this machine: {shortfall}")
     return model_dir, run
-
-
-def _read_pairs(path):
-    with open(path, encoding="utf-8") as handle:
-        return [tuple(line.rstrip("\n").split("\t")) for line in handle]
 
 
 def _distinct_checkpoints(model_dir):
@@ -171,7 +169,7 @@ class FixtureCheck:
         path = model_files.find_checkpoint(self.model_dir, which)
         if self.model is None:
             config, tokenizer = model_files.load_metadata(self.model_dir)
-            self.model = model_files.build_model(config, path)
+            self.model = model_files.build_model(config)  # its weights: the restore below
             self.translator = Translator(self.model, tokenizer, config.decoding)
         # every variable, the trained delta included; raises AssertionError on a variable left unmatched
         status = tf.train.Checkpoint(model=self.model).restore(path)

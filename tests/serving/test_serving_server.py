@@ -10,6 +10,7 @@ import base64
 import contextlib
 import math
 import http.client
+import io
 import json
 import os
 import re
@@ -1004,24 +1005,6 @@ def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of
     _grpc_port_closed(grpc_port)
 
 
-class _Lines:
-    """A text stream that keeps what is written to it, for main()'s log read from another thread."""
-
-    def __init__(self):
-        self.parts = []
-
-    def write(self, text):
-        self.parts.append(text)
-        return len(text)
-
-    def flush(self):
-        pass
-
-    @property
-    def text(self):
-        return "".join(self.parts)
-
-
 def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
     """Ctrl-C once: the same drain as SIGTERM (a second Ctrl-C would exit at once).
 
@@ -1033,7 +1016,7 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
     rest_port = free_port()
     args = ["--rest_api_port", str(rest_port), "--model_name", "gnmt", "--model_base_path", exported,
             *drain_flags(tmp_path)]
-    log, outcome = _Lines(), {}
+    log, outcome = io.StringIO(), {}  # main()'s stderr, read by the client thread as it grows
     running, signalled = threading.Event(), threading.Event()
 
     def send_signal(number):
@@ -1042,10 +1025,11 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
 
     def client():
         try:
-            wait_for(lambda: re.search(r" serving \S+ \(version", log.text) or not running.is_set(),
+            wait_for(lambda: re.search(r" serving \S+ \(version", log.getvalue()) or not running.is_set(),
                      timeout=180)
-            outcome["started"] = re.search(r".* serving \S+ \(version.*", log.text)[0]
-            outcome["grpc_port"] = int(re.search(r"Running gRPC ModelServer at [\d.]+:(\d+)", log.text)[1])
+            outcome["started"] = re.search(r".* serving \S+ \(version.*", log.getvalue())[0]
+            grpc_line = re.search(r"Running gRPC ModelServer at [\d.]+:(\d+)", log.getvalue())
+            outcome["grpc_port"] = int(grpc_line[1])
             _signal_in_flight(send_signal, rest_port, signal.SIGINT, score_of)
         except BaseException as error:  # noqa: BLE001  raised again in the test's thread
             outcome["error"] = error
@@ -1076,7 +1060,8 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
     if "error" in outcome:
         raise outcome["error"]
     assert "gnmt (version 1)" in outcome["started"]
-    _stopped_cleanly(status, log.text, rest_port, signal.SIGINT)
-    assert re.search(r"^\S+ \S+ stopped$", log.text, re.MULTILINE), log.text[-3000:]  # "<time> stopped"
-    assert "received SIGINT again" not in log.text  # one Ctrl-C, one drain
+    text = log.getvalue()
+    _stopped_cleanly(status, text, rest_port, signal.SIGINT)
+    assert re.search(r"^\S+ \S+ stopped$", text, re.MULTILINE), text[-3000:]  # "<time> stopped"
+    assert "received SIGINT again" not in text  # one Ctrl-C, one drain
     _grpc_port_closed(outcome["grpc_port"])
