@@ -86,7 +86,9 @@ import dataclasses
 import io
 import os
 import re
-from collections import Counter
+import threading
+import weakref
+from collections import Counter, OrderedDict
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -225,6 +227,195 @@ def _compact(values: tf.Tensor, row_splits: tf.Tensor, keep: tf.Tensor) -> Tuple
     return tf.boolean_mask(values, keep), tf.gather(kept_before, row_splits)
 
 
+def _max_match(vocab: _Vocabulary, word: str) -> List[str]:
+    """Greedy longest-match-first segmentation of an alphabet word into paper-form pieces."""
+    out, start = [], 0
+    while start < len(word):
+        prefix = WORD_MARK if start == 0 else ""
+        for end in range(min(len(word), start + vocab.max_piece_chars), start, -1):
+            piece = prefix + word[start:end]
+            if piece in vocab.index and vocab.index[piece] >= len(SPECIAL_TOKENS):
+                out.append(piece)
+                start = end
+                break
+        else:  # cannot happen for alphabet words: every character has both forms
+            return [SPECIAL_TOKENS[UNK_ID]]
+    return out
+
+
+def _leading_replacement(vocab: _Vocabulary) -> np.ndarray:
+    """[vocab_size, K] ids that replace a piece at the start of a sequence, padded with -1.
+
+    A continuation piece is replaced by the segmentation of its text as a whole word ("ing" ->
+    "▁in" "g"); every other id by itself. FastWordpiece's detokenize would otherwise print the
+    op-form continuation prefix J in front of a sequence-initial continuation piece.
+    """
+    rows = []
+    for piece_id, piece in enumerate(vocab.pieces):
+        if piece_id < len(SPECIAL_TOKENS) or piece.startswith(WORD_MARK):
+            rows.append([piece_id])
+        else:
+            rows.append([vocab.index[p] for p in _max_match(vocab, piece)])
+    width = max(len(row) for row in rows)
+    table = np.full([len(rows), width], -1, dtype=np.int32)
+    for piece_id, row in enumerate(rows):
+        table[piece_id, : len(row)] = row
+    return table
+
+
+class _WordpieceOps(tf.Module):
+    """The in-graph form of one vocabulary: tensorflow-text's tokenizers over the op-form vocabulary,
+    the lookup tables, and the traced tokenize and detokenize functions.
+
+    Immutable once built, and shared by every :class:`WordpieceTokenizer` of the same vocabulary in
+    a process (:func:`_shared_ops`): a model directory loaded again (a second translator, an export
+    and its check, a server's reload) calls the functions already traced instead of building their
+    ~500 ops again.
+    """
+
+    def __init__(self, vocab: _Vocabulary, max_bytes_per_word: int):
+        super().__init__(name="wordpiece_ops")
+        self.vocab_size = len(vocab.pieces)
+        self._max_bytes_per_word = max_bytes_per_word
+        vocab_size = self.vocab_size
+
+        # The op form (see the module docstring), as bytes so that the hidden entries for the
+        # WhitespaceTokenizer quirk can be byte sequences that are not valid UTF-8 on their own.
+        continuation = _CONTINUATION.encode("utf-8")
+        op_vocab: List[bytes] = [s.encode("utf-8") for s in _SPECIAL_OP_STRINGS]
+        op_vocab.append(UNKNOWN_TEXT.encode("utf-8"))
+        is_continuation = [False] * len(SPECIAL_TOKENS)
+        for piece in vocab.pieces[len(SPECIAL_TOKENS):]:
+            if piece.startswith(WORD_MARK):
+                op_vocab.append(piece[len(WORD_MARK):].encode("utf-8"))
+                is_continuation.append(False)
+            else:
+                op_vocab.append(continuation + piece.encode("utf-8"))
+                is_continuation.append(True)
+        garbage_bytes = [0] * vocab_size
+        for garbage in _TRAILING_GARBAGE:  # hidden ids vocab_size, vocab_size + 1, ...
+            op_vocab.append(continuation + garbage)
+            is_continuation.append(True)
+            garbage_bytes.append(len(garbage))
+
+        self._whitespace = tf_text.WhitespaceTokenizer()
+        self._fast_wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=op_vocab,
+            suffix_indicator=_CONTINUATION,
+            # +2: a word may carry up to 2 bytes of a following whitespace character (see the module
+            # docstring); the exact limit is applied by tokenize from the byte offsets.
+            max_bytes_per_word=max_bytes_per_word + max(len(g) for g in _TRAILING_GARBAGE),
+            token_out_type=tf.int32,
+            unknown_token=UNKNOWN_TEXT,
+            no_pretokenization=True,
+            support_detokenization=True,
+        )
+        # Lookup tables, kept as numpy and turned into graph constants where used.
+        self._is_continuation = np.array(is_continuation, dtype=bool)
+        self._garbage_bytes = np.array(garbage_bytes, dtype=np.int32)
+        self._leading_replacement = _leading_replacement(vocab)
+
+    # Traced once per vocabulary and called as a function wherever tokenize is used (pipelines,
+    # searches, exports), rather than its ~300 ops (most of them tensorflow-text's whitespace split)
+    # built again in every graph that tokenizes (benchmarks/README.md, "Tracing the tokenizer once").
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize_vector(self, strings: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`WordpieceTokenizer.tokenize` of a vector of strings: the values and row splits of the
+        ragged ids."""
+        with tf.name_scope("wordpiece_tokenize"):
+            words = self._whitespace.tokenize(strings)  # [N, (words)]
+            word_pieces, _, end_offsets = self._fast_wordpiece.tokenize_with_offsets(words.values)
+            ids = word_pieces.values  # int32, all pieces of all words
+            ends = tf.cast(end_offsets.values, tf.int32)
+            splits = tf.cast(word_pieces.row_splits, tf.int64)  # pieces of each word
+            num_pieces = tf.size(ids, out_type=tf.int64)
+            starts, limits = splits[:-1], splits[1:]
+
+            # Per word (FastWordpiece gives every non-empty word at least one piece).
+            first_id = tf.gather(ids, starts)
+            last = limits - 1
+            is_unk = tf.cast(tf.equal(ids, UNK_ID), tf.int64)
+            unk_before = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(is_unk)], axis=0)
+            has_unk = tf.gather(unk_before, limits) - tf.gather(unk_before, starts) > 0
+            # The word's own length: the last piece's end offset minus any trailing whitespace bytes.
+            word_bytes = tf.gather(ends, last) - tf.gather(
+                tf.constant(self._garbage_bytes), tf.gather(ids, last)
+            )
+            bad_word = (
+                tf.gather(tf.constant(self._is_continuation), first_id)  # word started with J
+                | has_unk  # e.g. "⁇abc": UNK entry followed by pieces
+                | (word_bytes > self._max_bytes_per_word)
+            )
+
+            # Per piece: a bad word keeps only its first piece, as UNK_ID; otherwise drop the hidden
+            # entries (ids >= vocab_size) that absorbed the WhitespaceTokenizer's trailing bytes.
+            word_of_piece = _row_ids(splits, num_pieces)
+            bad_piece = tf.gather(bad_word, word_of_piece)
+            is_first = tf.equal(tf.range(num_pieces), tf.gather(starts, word_of_piece))
+            new_ids = tf.where(bad_piece, tf.constant(UNK_ID, tf.int32), ids)
+            keep = tf.where(bad_piece, is_first, ids < self.vocab_size)
+            sentence_splits = tf.gather(splits, tf.cast(words.row_splits, tf.int64))
+            return _compact(new_ids, sentence_splits, keep)
+
+    # Traced once per vocabulary, as tokenize_vector is (~200 ops).
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)],
+                 autograph=False)
+    def detokenize_rows(self, values: tf.Tensor, splits: tf.Tensor) -> tf.Tensor:
+        """:meth:`WordpieceTokenizer.detokenize` of the rows of ragged ids given as values and row splits."""
+        with tf.name_scope("wordpiece_detokenize"):
+            unk = tf.constant(UNK_ID, tf.int32)
+            values = tf.where((values < 0) | (values >= self.vocab_size), unk, values)
+
+            # 1. Cut each row at its first EOS; drop PAD and BOS.
+            num_values = tf.size(values, out_type=tf.int64)
+            row = _row_ids(splits, num_values)
+            eos_until = tf.cumsum(tf.cast(tf.equal(values, EOS_ID), tf.int64))  # inclusive
+            eos_before_row = tf.gather(tf.concat([tf.zeros([1], tf.int64), eos_until], axis=0), splits[:-1])
+            after_eos = eos_until - tf.gather(eos_before_row, row) > 0
+            keep = ~after_eos & tf.not_equal(values, PAD_ID) & tf.not_equal(values, BOS_ID)
+            values, splits = _compact(values, splits, keep)
+
+            # 2. Rewrite a row-initial continuation piece as its text segmented as a word: every value
+            #    becomes `width` slots (the replacement for a row's first value, else the value and
+            #    -1 fillers), and the fillers are dropped.
+            num_values = tf.size(values, out_type=tf.int64)
+            row = _row_ids(splits, num_values)
+            is_first = tf.equal(tf.range(num_values), tf.gather(splits[:-1], row))
+            table = tf.constant(self._leading_replacement)
+            width = table.shape[1]
+            fillers = tf.fill(tf.stack([num_values, width - 1]), tf.constant(-1, tf.int32))
+            unchanged = tf.concat([tf.expand_dims(values, 1), fillers], axis=1)
+            slots = tf.where(tf.expand_dims(is_first, 1), tf.gather(table, values), unchanged)
+            slots = tf.reshape(slots, [-1])
+            values, splits = _compact(slots, splits * width, slots >= 0)
+
+            pieces = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+            return self._fast_wordpiece.detokenize(pieces)
+
+
+# Every vocabulary's ops in use (by a live tokenizer), and the last few used (a model directory
+# loaded again after its tokenizer was dropped: the next test, request or export).
+_OpsKey = Tuple[Tuple[str, ...], int]  # (pieces, max_bytes_per_word)
+_LIVE_OPS: "weakref.WeakValueDictionary[_OpsKey, _WordpieceOps]" = weakref.WeakValueDictionary()
+_RECENT_OPS: "OrderedDict[_OpsKey, _WordpieceOps]" = OrderedDict()
+_RECENT_OPS_LIMIT = 4  # each costs a few MB and its traced functions
+_OPS_LOCK = threading.Lock()
+
+
+def _shared_ops(vocab: _Vocabulary, max_bytes_per_word: int) -> _WordpieceOps:
+    """The process's :class:`_WordpieceOps` for this vocabulary and word limit, built on first use."""
+    key = (vocab.pieces, max_bytes_per_word)
+    with _OPS_LOCK:
+        ops = _LIVE_OPS.get(key)
+        if ops is None:
+            ops = _LIVE_OPS[key] = _WordpieceOps(vocab, max_bytes_per_word)
+        _RECENT_OPS[key] = ops
+        _RECENT_OPS.move_to_end(key)
+        while len(_RECENT_OPS) > _RECENT_OPS_LIMIT:
+            _RECENT_OPS.popitem(last=False)
+        return ops
+
+
 class WordpieceTokenizer(tf.Module):
     """GNMT's shared wordpiece vocabulary (section 4.1) with in-graph tokenize/detokenize.
 
@@ -250,43 +441,7 @@ class WordpieceTokenizer(tf.Module):
             raise ValueError(f"max_bytes_per_word must be positive, got {max_bytes_per_word}")
         self._vocab = _validate(pieces)
         self._max_bytes_per_word = int(max_bytes_per_word)
-        vocab_size = len(self._vocab.pieces)
-
-        # The op form (see the module docstring), as bytes so that the hidden entries for the
-        # WhitespaceTokenizer quirk can be byte sequences that are not valid UTF-8 on their own.
-        continuation = _CONTINUATION.encode("utf-8")
-        op_vocab: List[bytes] = [s.encode("utf-8") for s in _SPECIAL_OP_STRINGS]
-        op_vocab.append(UNKNOWN_TEXT.encode("utf-8"))
-        is_continuation = [False] * len(SPECIAL_TOKENS)
-        for piece in self._vocab.pieces[len(SPECIAL_TOKENS):]:
-            if piece.startswith(WORD_MARK):
-                op_vocab.append(piece[len(WORD_MARK):].encode("utf-8"))
-                is_continuation.append(False)
-            else:
-                op_vocab.append(continuation + piece.encode("utf-8"))
-                is_continuation.append(True)
-        garbage_bytes = [0] * vocab_size
-        for garbage in _TRAILING_GARBAGE:  # hidden ids vocab_size, vocab_size + 1, ...
-            op_vocab.append(continuation + garbage)
-            is_continuation.append(True)
-            garbage_bytes.append(len(garbage))
-
-        self._whitespace = tf_text.WhitespaceTokenizer()
-        self._fast_wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=op_vocab,
-            suffix_indicator=_CONTINUATION,
-            # +2: a word may carry up to 2 bytes of a following whitespace character (see the module
-            # docstring); the exact limit is applied by tokenize from the byte offsets.
-            max_bytes_per_word=self._max_bytes_per_word + max(len(g) for g in _TRAILING_GARBAGE),
-            token_out_type=tf.int32,
-            unknown_token=UNKNOWN_TEXT,
-            no_pretokenization=True,
-            support_detokenization=True,
-        )
-        # Lookup tables, kept as numpy and turned into graph constants where used.
-        self._is_continuation = np.array(is_continuation, dtype=bool)
-        self._garbage_bytes = np.array(garbage_bytes, dtype=np.int32)
-        self._leading_replacement = self._build_leading_replacement()
+        self._ops = _shared_ops(self._vocab, self._max_bytes_per_word)
 
     # ------------------------------------------------------------------ properties
 
@@ -341,40 +496,7 @@ class WordpieceTokenizer(tf.Module):
         """
         if not word or not self._word_is_known(word):
             return [SPECIAL_TOKENS[UNK_ID]]
-        return self._max_match(word)
-
-    def _max_match(self, word: str) -> List[str]:
-        out, start = [], 0
-        while start < len(word):
-            prefix = WORD_MARK if start == 0 else ""
-            for end in range(min(len(word), start + self._vocab.max_piece_chars), start, -1):
-                piece = prefix + word[start:end]
-                if piece in self._vocab.index and self._vocab.index[piece] >= len(SPECIAL_TOKENS):
-                    out.append(piece)
-                    start = end
-                    break
-            else:  # cannot happen for alphabet words: every character has both forms
-                return [SPECIAL_TOKENS[UNK_ID]]
-        return out
-
-    def _build_leading_replacement(self) -> np.ndarray:
-        """[vocab_size, K] ids that replace a piece at the start of a sequence, padded with -1.
-
-        A continuation piece is replaced by the segmentation of its text as a whole word ("ing" ->
-        "▁in" "g"); every other id by itself. FastWordpiece's detokenize would otherwise print the
-        op-form continuation prefix J in front of a sequence-initial continuation piece.
-        """
-        rows = []
-        for piece_id, piece in enumerate(self._vocab.pieces):
-            if piece_id < len(SPECIAL_TOKENS) or piece.startswith(WORD_MARK):
-                rows.append([piece_id])
-            else:
-                rows.append([self._vocab.index[p] for p in self._max_match(piece)])
-        width = max(len(row) for row in rows)
-        table = np.full([len(rows), width], -1, dtype=np.int32)
-        for piece_id, row in enumerate(rows):
-            table[piece_id, : len(row)] = row
-        return table
+        return _max_match(self._vocab, word)
 
     # ------------------------------------------------------------------ in-graph ops
 
@@ -389,48 +511,7 @@ class WordpieceTokenizer(tf.Module):
             return self.tokenize(tf.expand_dims(strings, 0))[0]
         if strings.shape.rank != 1:
             raise ValueError(f"tokenize expects a scalar or a vector of strings, not {strings.shape}")
-        return tf.RaggedTensor.from_row_splits(*self._tokenize_vector(strings), validate=False)
-
-    # Traced once per tokenizer and called as a function wherever tokenize is used (pipelines, searches,
-    # exports), rather than its ~300 ops (most of them tensorflow-text's whitespace split) built again in
-    # every graph that tokenizes (benchmarks/README.md, "Tracing the tokenizer once").
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-    def _tokenize_vector(self, strings: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`tokenize` of a vector of strings, as the values and row splits of the ragged ids."""
-        with tf.name_scope("wordpiece_tokenize"):
-            words = self._whitespace.tokenize(strings)  # [N, (words)]
-            word_pieces, _, end_offsets = self._fast_wordpiece.tokenize_with_offsets(words.values)
-            ids = word_pieces.values  # int32, all pieces of all words
-            ends = tf.cast(end_offsets.values, tf.int32)
-            splits = tf.cast(word_pieces.row_splits, tf.int64)  # pieces of each word
-            num_pieces = tf.size(ids, out_type=tf.int64)
-            starts, limits = splits[:-1], splits[1:]
-
-            # Per word (FastWordpiece gives every non-empty word at least one piece).
-            first_id = tf.gather(ids, starts)
-            last = limits - 1
-            is_unk = tf.cast(tf.equal(ids, UNK_ID), tf.int64)
-            unk_before = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(is_unk)], axis=0)
-            has_unk = tf.gather(unk_before, limits) - tf.gather(unk_before, starts) > 0
-            # The word's own length: the last piece's end offset minus any trailing whitespace bytes.
-            word_bytes = tf.gather(ends, last) - tf.gather(
-                tf.constant(self._garbage_bytes), tf.gather(ids, last)
-            )
-            bad_word = (
-                tf.gather(tf.constant(self._is_continuation), first_id)  # word started with J
-                | has_unk  # e.g. "⁇abc": UNK entry followed by pieces
-                | (word_bytes > self._max_bytes_per_word)
-            )
-
-            # Per piece: a bad word keeps only its first piece, as UNK_ID; otherwise drop the hidden
-            # entries (ids >= vocab_size) that absorbed the WhitespaceTokenizer's trailing bytes.
-            word_of_piece = _row_ids(splits, num_pieces)
-            bad_piece = tf.gather(bad_word, word_of_piece)
-            is_first = tf.equal(tf.range(num_pieces), tf.gather(starts, word_of_piece))
-            new_ids = tf.where(bad_piece, tf.constant(UNK_ID, tf.int32), ids)
-            keep = tf.where(bad_piece, is_first, ids < self.vocab_size)
-            sentence_splits = tf.gather(splits, tf.cast(words.row_splits, tf.int64))
-            return _compact(new_ids, sentence_splits, keep)
+        return tf.RaggedTensor.from_row_splits(*self._ops.tokenize_vector(strings), validate=False)
 
     def detokenize(self, ids: Union[tf.RaggedTensor, tf.Tensor, Sequence[Sequence[int]]]) -> tf.Tensor:
         """Wordpiece ids [N, (L)] (ragged, or dense and padded) -> strings [N].
@@ -454,42 +535,7 @@ class WordpieceTokenizer(tf.Module):
                 shape = tf.shape(ids, out_type=tf.int64)
                 values = tf.reshape(ids, [-1])
                 splits = tf.range(shape[0] + 1) * shape[1]
-            return self._detokenize_rows(tf.cast(values, tf.int32), splits)
-
-    # Traced once per tokenizer, as _tokenize_vector is (~200 ops).
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)],
-                 autograph=False)
-    def _detokenize_rows(self, values: tf.Tensor, splits: tf.Tensor) -> tf.Tensor:
-        """:meth:`detokenize` of the rows of ragged ids given as values and row splits."""
-        with tf.name_scope("wordpiece_detokenize"):
-            unk = tf.constant(UNK_ID, tf.int32)
-            values = tf.where((values < 0) | (values >= self.vocab_size), unk, values)
-
-            # 1. Cut each row at its first EOS; drop PAD and BOS.
-            num_values = tf.size(values, out_type=tf.int64)
-            row = _row_ids(splits, num_values)
-            eos_until = tf.cumsum(tf.cast(tf.equal(values, EOS_ID), tf.int64))  # inclusive
-            eos_before_row = tf.gather(tf.concat([tf.zeros([1], tf.int64), eos_until], axis=0), splits[:-1])
-            after_eos = eos_until - tf.gather(eos_before_row, row) > 0
-            keep = ~after_eos & tf.not_equal(values, PAD_ID) & tf.not_equal(values, BOS_ID)
-            values, splits = _compact(values, splits, keep)
-
-            # 2. Rewrite a row-initial continuation piece as its text segmented as a word: every value
-            #    becomes `width` slots (the replacement for a row's first value, else the value and
-            #    -1 fillers), and the fillers are dropped.
-            num_values = tf.size(values, out_type=tf.int64)
-            row = _row_ids(splits, num_values)
-            is_first = tf.equal(tf.range(num_values), tf.gather(splits[:-1], row))
-            table = tf.constant(self._leading_replacement)
-            width = table.shape[1]
-            fillers = tf.fill(tf.stack([num_values, width - 1]), tf.constant(-1, tf.int32))
-            unchanged = tf.concat([tf.expand_dims(values, 1), fillers], axis=1)
-            slots = tf.where(tf.expand_dims(is_first, 1), tf.gather(table, values), unchanged)
-            slots = tf.reshape(slots, [-1])
-            values, splits = _compact(slots, splits * width, slots >= 0)
-
-            pieces = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
-            return self._fast_wordpiece.detokenize(pieces)
+            return self._ops.detokenize_rows(tf.cast(values, tf.int32), splits)
 
     # ------------------------------------------------------------------ learning
 

@@ -376,6 +376,21 @@ def test_save_load_round_trip(tok, tmp_path):
     assert round_trip(loaded, strings) == [tokenizer.normalize(s) for s in strings]
 
 
+def test_tokenizers_of_one_vocabulary_share_their_traced_functions(tok, tok_12):
+    """A second tokenizer of the same pieces (a model directory loaded again) calls the functions the
+    first one traced; one with another word limit, which the graph holds, has functions of its own."""
+    round_trip(tok, HELD_OUT)  # traced by now
+    tokenize, detokenize = tok._ops.tokenize_vector, tok._ops.detokenize_rows
+    traces = tokenize.experimental_get_tracing_count(), detokenize.experimental_get_tracing_count()
+    again = WordpieceTokenizer(tok.pieces)
+    assert round_trip(again, HELD_OUT) == round_trip(tok, HELD_OUT) == [tok.normalize(s) for s in HELD_OUT]
+    assert again._ops is tok._ops
+    assert (tokenize.experimental_get_tracing_count(), detokenize.experimental_get_tracing_count()) == traces
+    assert tok_12._ops is not tok._ops
+    long_word = "l’entreprise"  # 14 UTF-8 bytes
+    assert round_trip(tok, [long_word]) == [long_word] and round_trip(tok_12, [long_word]) == [UNKNOWN_TEXT]
+
+
 def test_load_errors_are_clear(tmp_path):
     path = tmp_path / "wordpieces.txt"
     with pytest.raises(FileNotFoundError, match="wordpieces.txt"):
