@@ -14,6 +14,8 @@ from gnmt_tf import plots
 from helpers import ROOT, run_in_process
 from gnmt_tf.inference.translator import Translator
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 MARK = "\u2581"  # the wordpieces' word-beginning mark
 
 

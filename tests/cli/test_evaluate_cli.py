@@ -9,6 +9,7 @@ import pytest
 import sacrebleu
 from helpers import run_each_in_process
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
 
 
 def read_pairs(path):

@@ -13,6 +13,8 @@ from helpers import run_in_process
 from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.model_files import load_model_dir
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 SENTENCES = ["three one four", "", "nine", "two five eight nine", "seven six"]
 
 

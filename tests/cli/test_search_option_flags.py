@@ -15,6 +15,8 @@ from gnmt_tf.cli import scaffold
 from gnmt_tf.decoding.options import SEARCH_OPTIONS
 from gnmt_tf.inference.translator import Translator
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 # (as typed, as the message writes it)
 BAD_NUMBERS = [("nan", "nan"), ("NaN", "nan"), ("inf", "inf"), ("Infinity", "inf"), ("1e400", "inf"),
                ("-inf", "-inf"), ("-1", "-1"), ("-0.5", "-0.5"), ("-5", "-5")]

@@ -13,6 +13,8 @@ from helpers import number_word_pairs, run_each_in_process, run_in_process, writ
 from gnmt_tf import model_files
 from gnmt_tf.vocab import EOS_ID
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 COMMAND = [sys.executable, "-m", "gnmt_tf.shortlist"]
 
 

@@ -17,6 +17,8 @@ from helpers import run_each_in_process
 
 from gnmt_tf import model_files
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 SWAPPED = ("\u2581un", "\u2581six")
 LONG_LINES = ["one two three four", "nine", "seven six five four three", ""]
 

@@ -12,6 +12,8 @@ import tensorflow as tf
 from export.warmup import bucket_warmup_requests, sentence_of_length
 from gnmt_tf.decoding.buckets import ShapeBuckets
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 WORDS = "the quick brown fox jumps over the lazy dog".split()
 
 

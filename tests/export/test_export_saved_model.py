@@ -12,6 +12,8 @@ from export.exporters import EXPORTERS, ExportError, Exporter, ExportRequest, ex
 from gnmt_tf import model_files
 from helpers import ROOT, run_in_process
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "eight six"]
 

@@ -13,6 +13,8 @@ from export.exporters import ExportRequest, export
 from gnmt_tf import model_files
 from helpers import run_in_process, shortlist_excluding
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 SENTENCES = ["three one four", "", "nine", "zero zero seven five two one", "one one", "eight six"]
 UN = "\u2581un"
 

@@ -33,10 +33,7 @@ OPTIONS = {"alpha": 0.6, "beta": 0.0, "beamsize": 2.0}  # not the tiny config's 
 DEV_SENTENCES = 16
 
 
-@pytest.fixture(autouse=True)
-def _seed_everything():
-    """Replaces conftest's reseeding: nothing here is random, and reseeding clears TensorFlow's kernel caches."""
-    yield
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
 
 
 class Holder(tf.Module):

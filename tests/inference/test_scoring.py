@@ -11,6 +11,8 @@ from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
 from helpers import run_in_process
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 SOURCES = ["three one four", "nine nine", "zero five two eight six"]
 
 

@@ -21,11 +21,7 @@ BAD = [("alpha", math.nan, "nan"), ("alpha", math.inf, "inf"), ("alpha", float("
 IDS = [f"{name}={text}" for name, _, text in BAD]
 
 
-@pytest.fixture(autouse=True)
-def _seed_everything():
-    """Replaces conftest's reseeding: nothing here is random, and reseeding TensorFlow clears its kernel
-    caches, so the next call of every loaded signature would re-optimize."""
-    yield
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
 
 
 @pytest.fixture(scope="module")

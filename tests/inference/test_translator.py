@@ -11,6 +11,7 @@ from gnmt_tf.decoding.options import no_pruning
 from gnmt_tf.inference.translator import Translator
 from helpers import run_each_in_process, shortlist_excluding
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
 
 
 @pytest.fixture(scope="module")

@@ -31,11 +31,7 @@ def option_message(name, shown):
     return f"{name} must be a finite float32 >= 0, got {shown}{hint}"
 
 
-@pytest.fixture(autouse=True)
-def _seed_everything():
-    """Replaces conftest's reseeding for these tests: nothing here is random, and reseeding TensorFlow
-    clears its kernel caches, so the next direct call of a signature would re-optimize it."""
-    yield
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
 
 
 @pytest.fixture(scope="module")

@@ -54,12 +54,10 @@ GOOD = {"instances": ["three one four"]}
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
 
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
+
 # ---------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(autouse=True)
-def _seed_everything():
-    """Replaces conftest's reseeding for these tests: nothing here is random, and reseeding TensorFlow
-    clears its kernel caches, so the next call of every loaded signature would re-optimize (~0.8 s)."""
-    yield
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from gnmt_tf import model_files
 from gnmt_tf.cli.average import average_checkpoints, main as average_main
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
+pytestmark = pytest.mark.draws_nothing_random  # conftest does not reseed before each test
+
 
 @pytest.fixture
 def model_copy(trained_number_model, tmp_path):
