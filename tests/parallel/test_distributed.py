@@ -470,7 +470,7 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     assert len(kernels) > 10 and all(
         not np.array_equal(tf.train.load_variable(path, name), tf.train.load_variable(earlier, name))
         for name in kernels)
-    # ... its dev loss fell, below an untrained model's (log V: a uniform softmax) and from step 8 to step
+    # ... its dev loss is well below an untrained model's (log V: a uniform softmax) at step 8 and at step
     # 16, and the chief reported the perplexity of these weights (at their delta, as here); and it learned
     # the target language: the French references are far more probable than the English sources copied.
     dev_pairs = model_files.read_dev_split(str(model_dir))
@@ -486,12 +486,12 @@ def test_parameter_server_checkpoint_loads_in_a_single_process(tmp_path, childre
     assert reported == pytest.approx(np.exp(loss_at_16), abs=0.006), (reported, loss_at_16)
     model.set_weights(model_files.build_model(config, earlier).get_weights())
     loss_at_8 = dev_loss(dev_pairs)
-    # Asynchronous steps move the loss by an amount that depends on the model's depth and the order of
-    # the updates (measured with helpers.SHALLOW: 3.58 -> 3.28 and 3.62 -> 3.34 from step 8 to 16, against
-    # log 64 = 4.16 for a uniform softmax; in 8 steps the copy margin below was as thin as 0.36): the
-    # direction is the check; the copy test below is the one with a margin (measured: 5.07 and 5.43
-    # against 3.28 and 3.34).
-    assert loss_at_16 < loss_at_8 and loss_at_16 < np.log(tokenizer.vocab_size), (loss_at_8, loss_at_16)
+    # Asynchronous updates arrive in an order no run repeats, so over 8 steps the loss need not fall: runs
+    # measured 3.58 -> 3.28, 3.62 -> 3.34 and 3.54 -> 3.64 from step 8 to 16 (helpers.SHALLOW), against
+    # log 64 = 4.16 for a uniform softmax. What every run shows is the distance from untrained, checked
+    # with a margin below the smallest measured (0.52); the weights' movement is checked above.
+    untrained = np.log(tokenizer.vocab_size)
+    assert loss_at_8 < untrained - 0.3 and loss_at_16 < untrained - 0.3, (untrained, loss_at_8, loss_at_16)
     assert copy_loss_at_16 > loss_at_16 + 0.3, (loss_at_16, copy_loss_at_16)
     # It translates the dev sources as the chief did for the final dev BLEU it reported (the default
     # checkpoint, best/, with the default beam search, at the delta the weights were trained to), and that
