@@ -16,7 +16,8 @@ Schemes, each in its own worker process (logical devices are fixed per process):
   replica half of the same global batch);
 * ``model``: ``parallel.mode: model`` over 2 logical CPUs (section 3.3: layers in
   contiguous blocks, wavefront, softmax in 2 vocabulary shards);
-* ``hybrid``: ``parallel.mode: hybrid`` over 2 logical CPUs (Ono et al. 2019).
+* ``hybrid``: ``parallel.mode: hybrid`` over 2 logical CPUs (Ono et al. 2019);
+* ``xla``: one device, the step compiled with XLA (``training.jit_compile``).
 
 Logical CPU devices share the process' thread pools and the machine's cores, so
 on a CPU machine they add no compute: what this measures there is the overhead
@@ -36,7 +37,7 @@ from harness import WorkerFailed, run_in_worker_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SCHEMES = ("default", "mirrored", "model", "hybrid")
+SCHEMES = ("default", "mirrored", "model", "hybrid", "xla")
 
 
 def parse_args(argv=None):
@@ -92,7 +93,7 @@ def run_worker(args) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     scheme = args.scheme
-    if scheme != "default":
+    if scheme not in ("default", "xla"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
     from gnmt_tf.config import ParallelConfig, load_config
@@ -119,7 +120,7 @@ def run_worker(args) -> dict:
         model.build()
         optimizer = AdamThenSGD.from_config_section(config)
         optimizer.build(model.trainable_variables)
-        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla")
 
     rng = np.random.default_rng(0)
     source, target_in, target_out = synthetic_batch(
@@ -140,7 +141,7 @@ def run_worker(args) -> dict:
     placement = getattr(model, "placement", None)
     return {
         "scheme": scheme,
-        "devices": devices if scheme != "default" else ["/device:CPU:0"],
+        "devices": devices if scheme not in ("default", "xla") else ["/device:CPU:0"],
         "placement": None if placement is None else {
             "encoder": list(placement.encoder), "decoder": list(placement.decoder),
             "softmax_shards": placement.softmax_shards,
@@ -153,6 +154,7 @@ def run_worker(args) -> dict:
         "cpu_seconds_per_step": round(cpu_seconds / args.steps, 4),
         "source_tokens_per_cpu_second": round(source_tokens * args.steps / cpu_seconds, 1),
         "loss_after": round(float(history.history["loss"][-1]), 4),
+        "jit_compile": scheme == "xla",
         "source_tokens_per_batch": source_tokens,
         "target_tokens_per_batch": target_tokens,
         "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),

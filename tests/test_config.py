@@ -77,6 +77,10 @@ def test_unknown_section_is_an_error():
         ({"training": {"adam_steps": -1}}, "training.adam_steps: must be >= 0"),
         ({"training": {"delta_start": 0.5}}, "training.delta_start: must be >= model.clip_delta"),
         ({"decoding": {"n_best": 9, "beam_width": 4}}, "decoding.n_best: must not exceed beam_width"),
+        ({"training": {"jit_compile": True, "objective": "rl"}},
+         "training.jit_compile: only maximum-likelihood training is compiled with XLA"),
+        ({"training": {"jit_compile": True}, "parallel": {"mode": "model", "devices": ["/cpu:0", "/cpu:1"]}},
+         "training.jit_compile: XLA compiles the step for one device; parallel.mode 'model'"),
         ({"model": 3}, "model: must be a mapping"),
     ],
 )

@@ -39,6 +39,7 @@ def make_dataset(
     seed: int,
     training: bool = True,
     repeat: bool = False,
+    bucket_shapes: bool = False,
 ):
     """A ``tf.data.Dataset`` of ``((source_ids, target_input_ids), target_output_ids)``.
 
@@ -61,6 +62,12 @@ def make_dataset(
     Evaluation (``training=False``): the input order is kept, nothing is filtered
     (every pair is scored) and batches are ``batch_size`` consecutive pairs.
 
+    ``bucket_shapes`` (training only): every batch of a bucket has the same shape, so that a
+    step compiled per shape (``training.jit_compile``, XLA) compiles once per bucket and never
+    again: source and target are padded to the bucket's widest possible target (EOS included)
+    and each epoch's last, partial batch of every bucket is dropped (its pairs come back
+    reshuffled in the next epoch).
+
     ``repeat`` repeats the data forever (a new shuffle each epoch).  Given the same
     ``seed`` (and the same TensorFlow global seed, which tf.data combines with it)
     two datasets yield the same batches.
@@ -75,7 +82,7 @@ def make_dataset(
     if training:
         batches = _training_batches(
             pairs, tokenize, batch_size=batch_size, batch_tokens=batch_tokens, max_length=max_length,
-            bucket_width=bucket_width, shuffle_buffer=shuffle_buffer, seed=seed,
+            bucket_width=bucket_width, shuffle_buffer=shuffle_buffer, seed=seed, bucket_shapes=bucket_shapes,
         )
     else:
         batches = _evaluation_batches(pairs, tokenize, batch_size=batch_size)
@@ -83,7 +90,7 @@ def make_dataset(
 
 
 def _training_batches(
-    pairs, tokenize, *, batch_size, batch_tokens, max_length, bucket_width, shuffle_buffer, seed
+    pairs, tokenize, *, batch_size, batch_tokens, max_length, bucket_width, shuffle_buffer, seed, bucket_shapes
 ):
     """Shuffled, length-filtered pairs in batches of similar length (see :func:`make_dataset`)."""
     boundaries = _bucket_boundaries(max_length, bucket_width)
@@ -92,7 +99,8 @@ def _training_batches(
         max(1, min(shuffle_buffer, len(pairs))), seed=seed, reshuffle_each_iteration=True
     )
     dataset = _within_length(_tokenized(dataset, tokenize), max_length)
-    return _bucketed(_with_special_ids(dataset), boundaries, bucket_batch_sizes)
+    batches = _bucketed(_with_special_ids(dataset), boundaries, bucket_batch_sizes, drop_remainder=bucket_shapes)
+    return _padded_to_bucket_width(batches, boundaries, max_length) if bucket_shapes else batches
 
 
 def _evaluation_batches(pairs, tokenize, *, batch_size):
@@ -177,7 +185,7 @@ def _with_special_ids(dataset):
     return dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _bucketed(dataset, boundaries: list, bucket_batch_sizes: list):
+def _bucketed(dataset, boundaries: list, bucket_batch_sizes: list, drop_remainder: bool = False):
     """Padded batches of pairs of similar length, so that little of each batch is padding."""
     import tensorflow as tf
 
@@ -189,7 +197,28 @@ def _bucketed(dataset, boundaries: list, bucket_batch_sizes: list):
         bucket_boundaries=boundaries,
         bucket_batch_sizes=bucket_batch_sizes,
         padding_values=_PADDING,
+        drop_remainder=drop_remainder,
     )
+
+
+def _padded_to_bucket_width(batches, boundaries: list, max_length: int):
+    """Each batch padded to its bucket's widest possible sequence: boundaries[i] ids (at most
+    boundaries[i] - 1 wordpieces + EOS/BOS), max_length + 1 in the last bucket."""
+    import tensorflow as tf
+
+    widths = tf.constant(boundaries + [max_length + 1], tf.int32)
+    limits = tf.constant(boundaries, tf.int32)
+
+    def pad(source, target_in, target_out):
+        # The bucket of the batch's longest pair, measured as _bucketed measures it.
+        longest = tf.maximum(tf.shape(source)[1], tf.shape(target_out)[1]) - 1
+        width = widths[tf.reduce_sum(tf.cast(limits <= longest, tf.int32))]
+        return tuple(
+            tf.pad(ids, [[0, 0], [0, width - tf.shape(ids)[1]]], constant_values=PAD_ID)
+            for ids in (source, target_in, target_out)
+        )
+
+    return batches.map(pad)
 
 
 def _for_teacher_forcing(batches, *, repeat: bool):

@@ -28,7 +28,7 @@ import tf_keras as keras
 
 from gnmt_tf.parallel import distribute
 from gnmt_tf import model_files
-from gnmt_tf.config import GNMTConfig
+from gnmt_tf.config import ConfigError, GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.inference.evaluation import Evaluation, evaluate, load_translator
 from gnmt_tf.metrics.bleu import BleuResult
@@ -135,6 +135,11 @@ class Trainer:
         self.verbose = verbose
         self.strategy = strategy or tf.distribute.get_strategy()
         self.distributed = self.strategy is not tf.distribute.get_strategy()
+        if self.distributed and config.training.jit_compile:
+            raise ConfigError(
+                "training.jit_compile: XLA compiles the step for one device; it is not available with "
+                "--strategy (set training.jit_compile=false)"
+            )
         self.is_chief = distribute.is_chief(self.strategy)  # the one writer of model_dir
         self.multi_worker = distribute.is_multi_worker(self.strategy)
         self.coordinated = distribute.uses_coordinator(self.strategy)
@@ -180,7 +185,7 @@ class Trainer:
         t = self.config.training
         self.model.compile(optimizer=self.optimizer, loss=SequenceCrossEntropy(t.label_smoothing),
                            objective=self._objective(), weight_average=self.weight_average,
-                           weight_transform=weight_transform)
+                           weight_transform=weight_transform, jit_compile=t.jit_compile)
         if self.distributed:
             # Loss, perplexity, learning rate and delta are the same on every replica; Keras'
             # default "sum" would add them up over the replicas.
@@ -447,7 +452,7 @@ class Trainer:
             return make_dataset(
                 pairs, self.tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
                 max_length=d.max_length, bucket_width=d.bucket_width, shuffle_buffer=d.shuffle_buffer,
-                seed=seed, training=True, repeat=True,
+                seed=seed, training=True, repeat=True, bucket_shapes=t.jit_compile,
             )
 
         seed = t.seed + self.step  # a resumed run does not replay the batches it began with

@@ -261,6 +261,26 @@ def test_pipeline_token_budget():
         make_dataset(pairs, toy_tokenize, batch_size=1, batch_tokens=10, seed=5, **PIPE)
 
 
+def test_pipeline_bucket_shapes_give_one_shape_per_bucket_and_the_same_pairs():
+    # What an XLA-compiled step needs (training.jit_compile): a bounded set of batch shapes.
+    pairs = _numeric_pairs(3000, max_len=24, seed=7)
+    plain = _batches(make_dataset(pairs, toy_tokenize, batch_size=16, seed=8, **PIPE))
+    shaped = _batches(make_dataset(pairs, toy_tokenize, batch_size=16, seed=8, bucket_shapes=True, **PIPE))
+    # Buckets hold longer sides of 1-5, 6-10, 11-15, 16-20 wordpieces (boundaries 6, 11, 16, max 20):
+    # padded with EOS/BOS to 6, 11, 16 and 21 ids.
+    shapes = {source.shape for source, _, _ in shaped}
+    assert shapes == {(16, 6), (16, 11), (16, 16), (16, 21)}, shapes
+    for source, target_in, target_out in shaped:
+        assert source.shape == target_in.shape == target_out.shape
+    # The same batches in the same order, padded further; only each bucket's last, partial batch
+    # is missing (a repeated dataset sees those pairs again in a later epoch).
+    full = [batch for batch in plain if batch[0].shape[0] == 16]
+    assert len(full) == len(shaped) and len(plain) - len(full) <= 4
+    assert _decoded_pairs(full) == _decoded_pairs(shaped)
+    assert all(np.array_equal(a[:, :b.shape[1]], b) and not a[:, b.shape[1]:].any()
+               for batch, padded in zip(full, shaped) for a, b in zip(padded, batch))
+
+
 def test_pipeline_seed_determinism_and_reshuffle():
     pairs = _numeric_pairs(1000, max_len=20, seed=6)
 

@@ -73,6 +73,23 @@ def test_the_step_minimises_the_hand_computed_maximum_likelihood_loss(rng):
     assert float(logs["source_tokens"]) == (source != PAD_ID).sum()
 
 
+def test_the_step_compiled_with_xla_trains_as_the_step_without(rng):
+    # training.jit_compile: the same updates, fused by XLA (sums taken in another order).
+    source, target_in, target_out = copy_task(rng, 8, tiny_model_config().vocab_size)
+    data = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat(3)
+    plain, compiled = _model(), _model()
+    compiled.set_weights(plain.get_weights())
+    start = _weights(plain)
+    for model, jit_compile in ((plain, False), (compiled, True)):
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss=SequenceCrossEntropy(),
+                      jit_compile=jit_compile)
+        model.fit(data, verbose=0)
+    assert compiled.jit_compile and not plain.jit_compile
+    for a, b in zip(_weights(plain), _weights(compiled)):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(start, _weights(plain))) > 1e-2  # three steps moved them
+
+
 def test_the_step_minimises_the_rl_objective_alone(rng):
     """The step applies exactly the gradient of MixedObjective.loss, with the same samples."""
     model = _model()

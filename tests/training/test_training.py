@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf import model_files, plots
+from gnmt_tf.config import ConfigError
 from gnmt_tf.training.callbacks import RunControl
 from gnmt_tf.training.trainer import Trainer, TrainingDiverged
 from helpers import SHALLOW, run_in_process
@@ -187,3 +188,20 @@ def test_a_run_bounded_in_time_ends_fully_annealed(tmp_path):
     assert "time limit" in result.stop_reason and result.step < 100_000
     assert result.delta == 1.0
     assert _final_state(model_dir)[1] == 1.0
+
+
+def test_a_run_compiled_with_xla_trains_on_one_batch_shape_per_length_bucket(tmp_path):
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=30, **{"training.jit_compile": True, "data.bucket_width": 10, **SHALLOW})
+    with pytest.raises(ConfigError, match="training.jit_compile: .* not available with --strategy"):
+        Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0,
+                strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    assert trainer.model.jit_compile
+    # XLA compiles the step once per batch shape: one shape per length bucket, padded to its width.
+    d = config.data
+    widths = list(range(d.bucket_width + 1, d.max_length + 1, d.bucket_width)) + [d.max_length + 1]
+    shapes = {tuple(target_out.shape) for (source, target_in), target_out in trainer._training_data().take(100)}
+    assert shapes <= {(config.training.batch_size, width) for width in widths} and len(shapes) > 1, shapes
+    result = trainer.train()
+    assert result.step == 30 and result.dev_perplexity < 0.5 * tokenizer.vocab_size, result
