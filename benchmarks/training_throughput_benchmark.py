@@ -1,4 +1,4 @@
-"""Training throughput of the parallel schemes, in source tokens per second.
+"""Training throughput of the parallel schemes and the one-device levers (XLA, bfloat16), in source tokens per second.
 
     python benchmarks/training_throughput_benchmark.py   # writes benchmarks/results/training_throughput.json
 
@@ -17,7 +17,9 @@ Schemes, each in its own worker process (logical devices are fixed per process):
 * ``model``: ``parallel.mode: model`` over 2 logical CPUs (section 3.3: layers in
   contiguous blocks, wavefront, softmax in 2 vocabulary shards);
 * ``hybrid``: ``parallel.mode: hybrid`` over 2 logical CPUs (Ono et al. 2019);
-* ``xla``: one device, the step compiled with XLA (``training.jit_compile``).
+* ``xla``: one device, the step compiled with XLA (``training.jit_compile``);
+* ``bfloat16``: one device, the large products from bfloat16 operands
+  (``training.product_precision: bfloat16``).
 
 Logical CPU devices share the process' thread pools and the machine's cores, so
 on a CPU machine they add no compute: what this measures there is the overhead
@@ -37,7 +39,8 @@ from harness import WorkerFailed, run_in_worker_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SCHEMES = ("default", "mirrored", "model", "hybrid", "xla")
+SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16")
+ONE_DEVICE = ("default", "xla", "bfloat16")
 
 
 def parse_args(argv=None):
@@ -93,7 +96,7 @@ def run_worker(args) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     scheme = args.scheme
-    if scheme not in ("default", "xla"):
+    if scheme not in ONE_DEVICE:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
     from gnmt_tf.config import ParallelConfig, load_config
@@ -101,6 +104,7 @@ def run_worker(args) -> dict:
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
     from gnmt_tf.training.callbacks import DeltaAnnealing
+    from gnmt_tf.training.precision import training_transform
     from gnmt_tf.training.schedules import DeltaSchedule
 
     config = load_config(args.config)
@@ -120,7 +124,8 @@ def run_worker(args) -> dict:
         model.build()
         optimizer = AdamThenSGD.from_config_section(config)
         optimizer.build(model.trainable_variables)
-        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla")
+        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
+                      weight_transform=training_transform("bfloat16" if scheme == "bfloat16" else "float32", None))
 
     rng = np.random.default_rng(0)
     source, target_in, target_out = synthetic_batch(
@@ -141,7 +146,7 @@ def run_worker(args) -> dict:
     placement = getattr(model, "placement", None)
     return {
         "scheme": scheme,
-        "devices": devices if scheme not in ("default", "xla") else ["/device:CPU:0"],
+        "devices": devices if scheme not in ONE_DEVICE else ["/device:CPU:0"],
         "placement": None if placement is None else {
             "encoder": list(placement.encoder), "decoder": list(placement.decoder),
             "softmax_shards": placement.softmax_shards,
@@ -155,6 +160,7 @@ def run_worker(args) -> dict:
         "source_tokens_per_cpu_second": round(source_tokens * args.steps / cpu_seconds, 1),
         "loss_after": round(float(history.history["loss"][-1]), 4),
         "jit_compile": scheme == "xla",
+        "product_precision": "bfloat16" if scheme == "bfloat16" else "float32",
         "source_tokens_per_batch": source_tokens,
         "target_tokens_per_batch": target_tokens,
         "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
@@ -210,7 +216,7 @@ def main(argv=None) -> int:
         )
     model = config.model
     report = {
-        "benchmark": "training throughput (source tokens/s) of the parallel schemes, one fixed synthetic batch",
+        "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, one fixed synthetic batch",
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "threads": args.threads,

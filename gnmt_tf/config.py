@@ -232,6 +232,15 @@ class TrainingConfig:
         "paper's configs keep it.",
         default=None,
     )
+    product_precision: Literal["float32", "bfloat16", "auto"] = _doc(
+        "Precision of the operands of the training step's large products (every LSTM layer's input "
+        "projection and the softmax; gnmt_tf.training.precision). 'bfloat16' runs them at about twice "
+        "the rate on CPUs with AVX-512 BF16 or AMX, and slower on others; weights, recurrence, cell "
+        "state, clips and loss stay float32, and dev evaluation, translation and export compute in "
+        "float32. 'auto': bfloat16 where the CPU has those instructions, else float32. 'float32': the "
+        "paper's numerics. Measured: benchmarks/README.md, \"bfloat16 products in training\".",
+        default="float32",
+    )
     jit_compile: bool = _doc(
         "Compile the training step with XLA: its many small per-time-step ops are fused (measured "
         "1.2x steps/s for `small` on a 2-core CPU: benchmarks/README.md, \"The training step under "

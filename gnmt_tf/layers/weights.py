@@ -124,8 +124,9 @@ class WeightTransform:
         this); None when the transform's product with it is not a float product (int8 arithmetic).
 
         Whatever :meth:`product` does, it must equal ``x @ float_kernel(kernel)`` wherever this is not
-        None: a whole-sequence recurrence reads these values once and multiplies by them itself
-        (:meth:`WeightReader.sequence_kernel`)."""
+        None, up to the rounding of a transform that multiplies at a lower precision
+        (:mod:`gnmt_tf.training.precision`): a whole-sequence recurrence reads these values once and
+        multiplies by them itself, in float32 (:meth:`WeightReader.sequence_kernel`)."""
         return kernel
 
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:

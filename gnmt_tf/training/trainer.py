@@ -50,6 +50,7 @@ from gnmt_tf.training.callbacks import (
 from gnmt_tf.models.objectives import MaximumLikelihood
 from gnmt_tf.training.optimizer import AdamThenSGD
 from gnmt_tf.training.averaging import WeightAverage
+from gnmt_tf.training.precision import resolve_product_precision, training_transform
 from gnmt_tf.training.schedules import BudgetDecay, DeltaSchedule
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.translator import Translator
@@ -157,9 +158,9 @@ class Trainer:
         # Quantization-aware training (section 6): the training steps, the dev loss and the dev
         # translations compute with fake-quantized LSTM kernels (None: float). Made outside the
         # strategy's scope: its quantizers' range variables are not the model's.
-        weight_transform = self._quantization_aware(self.model)
+        self.qat_transform = self._quantization_aware(self.model)
         with self.strategy.scope():
-            self._compile(weight_transform)
+            self._compile(training_transform(config.training.product_precision, self.qat_transform))
         self._build_checkpoints()
         if self.is_chief:
             self._build_dev_evaluation()
@@ -219,7 +220,9 @@ class Trainer:
         """The chief's dev evaluation: the weights evaluated (a one-device copy when they are the average
         or the run is distributed), best/ and averaged/, the dev summaries and the dev translator."""
         self.dev_model = self.model
-        self.dev_weights = self.model.compiled_weights  # what the dev loss and translations read
+        # What the dev loss and translations read: the weights as the shipped model reads them (the
+        # training step's bfloat16 products, if any, are how it computes, not what the model is).
+        self.dev_weights = WeightReader(self.qat_transform)
         if self.distributed or self.weight_average is not None:
             # model.evaluate would need every worker (collectives, or the parameter-server
             # coordinator); and the average is not the training weights.
@@ -414,6 +417,9 @@ class Trainer:
             callbacks = [SegmentBoundaries(callbacks, segment)]
         initial_epoch = self.step // segment
         epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
+        if resolve_product_precision(t.product_precision) == "bfloat16":
+            self.log(f"products: bfloat16 operands for the input projections and the softmax "
+                     f"(training.product_precision: {t.product_precision}); dev figures in float32")
         self.log(
             f"training from step {self.step} to at most {max_steps}"
             + (f" or {max_minutes:g} minutes" if max_minutes else "")

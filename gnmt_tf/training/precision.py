@@ -1,0 +1,96 @@
+"""bfloat16 products in training (``training.product_precision: bfloat16``).
+
+The large products of a training step, the input projection of every LSTM layer over the whole
+sequence and the softmax projection, are computed from bfloat16 operands: on CPUs with AVX-512
+BF16 (or AMX) oneDNN multiplies bfloat16 at about twice the float32 rate. Everything else stays
+float32: the weights and their updates, the recurrent products inside the time loop (too small to
+gain: benchmarks/README.md, "bfloat16 products in training"), the cell state and eq. 10's clip,
+attention, the logits' clip and the loss. Dev evaluation, translation and export always compute
+in float32: this is how a step is computed, not what the model is.
+
+It is a :class:`~gnmt_tf.layers.weights.WeightTransform` wrapped around the one training would
+use otherwise (float, or quantization-aware training's fake-quantized kernels), so that the model
+reads its weights through one mechanism.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightTransform, matmul
+
+
+def _bfloat16_product(x: tf.Tensor, values) -> tf.Tensor:
+    """``x @ values`` from bfloat16 operands, returned in ``x``'s dtype."""
+    return tf.cast(matmul(tf.cast(x, tf.bfloat16), tf.cast(values, tf.bfloat16)), x.dtype)
+
+
+class BFloat16Products(WeightTransform):
+    """The products of ``inner`` (default: the float weights) computed from bfloat16 operands.
+
+    The recurrence over a whole sequence multiplies by :meth:`float_kernel` itself, in float32
+    (:func:`gnmt_tf.layers.recurrence.lstm_over_time`); products that ``inner`` computes in int8
+    are left to it. Gradients flow through the casts to the float32 weights.
+    """
+
+    def __init__(self, inner: Optional[WeightTransform] = None):
+        self.inner = inner if inner is not None else FLOAT_WEIGHTS
+
+    def float_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
+        return self.inner.float_kernel(kernel)
+
+    def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
+        values = self.inner.float_kernel(kernel) if columns is None else columns
+        if values is None:
+            return self.inner.product(x, kernel, columns)
+        return _bfloat16_product(x, values)
+
+    def columns(self, kernel: tf.Variable, ids: tf.Tensor):
+        return self.inner.columns(kernel, ids)
+
+    def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
+        values = self.inner.float_kernel(kernel)
+        if values is None:
+            return self.inner.partial_product(kernel, rows)
+        part = tf.cast(values[rows], tf.bfloat16)  # sliced and cast once, outside any loop
+        return lambda x: tf.cast(matmul(tf.cast(x, tf.bfloat16), part), x.dtype)
+
+    def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+        return self.inner.lookup(table, ids)
+
+    def replaces(self, variable: tf.Variable) -> bool:
+        return self.inner.replaces(variable)
+
+    def stored_rows(self, table: tf.Tensor):
+        return self.inner.stored_rows(table)
+
+
+NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags (Linux' /proc/cpuinfo) of instructions that multiply bfloat16: without them oneDNN
+converts and bfloat16 products are slower than float32 ones."""
+
+
+def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 natively (one of :data:`NATIVE_BFLOAT16_FLAGS`)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            words = set(handle.read().split())
+    except OSError:  # not Linux, or no /proc: do not guess
+        return False
+    return any(flag in words for flag in NATIVE_BFLOAT16_FLAGS)
+
+
+def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpuinfo") -> str:
+    """``training.product_precision`` as a precision: ``"auto"`` is bfloat16 on a CPU that multiplies
+    it natively (:func:`cpu_multiplies_bfloat16`), float32 elsewhere."""
+    if product_precision == "auto":
+        return "bfloat16" if cpu_multiplies_bfloat16(cpuinfo) else "float32"
+    return product_precision
+
+
+def training_transform(product_precision: str, inner: Optional[WeightTransform]) -> Optional[WeightTransform]:
+    """The transform a training step computes with: ``inner`` (None: the float weights), with
+    bfloat16 products when ``product_precision`` resolves to ``"bfloat16"``."""
+    return BFloat16Products(inner) if resolve_product_precision(product_precision) == "bfloat16" else inner

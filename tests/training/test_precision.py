@@ -1,0 +1,97 @@
+"""bfloat16 products in training (training.product_precision): what is rounded, what is not, and who sees it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.models.losses import SequenceCrossEntropy
+from gnmt_tf.training.precision import BFloat16Products, training_transform
+from gnmt_tf.training.trainer import Trainer
+from helpers import SHALLOW, SHALLOW_MODEL, copy_task, tiny_model_config
+from number_model import tiny_number_setup
+
+
+def _bfloat16(values):
+    """Values rounded to bfloat16 (to nearest even), back in float64: NumPy's reference."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def test_products_are_of_bfloat16_operands_and_keep_the_float_recurrence(rng):
+    x = rng.normal(size=(6, 5, 48)).astype(np.float32)
+    kernel = tf.Variable(rng.normal(size=(48, 40)).astype(np.float32))
+    transform = BFloat16Products()
+    product = transform.product(tf.constant(x), kernel).numpy()
+    assert product.dtype == np.float32 and product.shape == (6, 5, 40)
+    # The product of the rounded operands, summed exactly, then rounded once more to bfloat16 (oneDNN
+    # accumulates in float32 and writes bfloat16): within one bfloat16 unit of that.
+    reference = _bfloat16(x) @ _bfloat16(kernel.numpy())
+    np.testing.assert_allclose(product, reference, rtol=2 ** -7, atol=1e-6)
+    assert np.abs(product - x @ kernel.numpy()).max() > 1e-3  # and not the float32 product
+    # A slice of the kernel's input (the decoder's context share) is the same product.
+    part = transform.partial_product(kernel, slice(8, 48))(tf.constant(x[..., 8:])).numpy()
+    np.testing.assert_allclose(part, _bfloat16(x[..., 8:]) @ _bfloat16(kernel.numpy()[8:]), rtol=2 ** -7, atol=1e-6)
+    # The recurrence multiplies by the float kernel itself; the gradient reaches the float weights.
+    assert transform.float_kernel(kernel) is kernel
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(transform.product(tf.constant(x), kernel) ** 2)
+    gradient = tape.gradient(loss, kernel).numpy()
+    exact = np.einsum("btk,btn->kn", x, 2 * (x @ kernel.numpy()))
+    np.testing.assert_allclose(gradient, exact, rtol=0.05, atol=0.05 * np.abs(exact).max())
+    assert training_transform("float32", None) is None and isinstance(training_transform("bfloat16", None),
+                                                                       BFloat16Products)
+
+
+def test_a_model_trains_with_bfloat16_products_close_to_float32(rng):
+    source, target_in, target_out = copy_task(rng, 8, tiny_model_config().vocab_size)
+    data = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat(3)
+    models = [GNMT(tiny_model_config(dropout=0.0, **SHALLOW_MODEL)) for _ in range(2)]
+    for model in models:
+        model.build()
+    models[1].set_weights(models[0].get_weights())
+    start = [w.copy() for w in models[0].get_weights()]
+    for model, transform in zip(models, (None, BFloat16Products())):
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss=SequenceCrossEntropy(),
+                      weight_transform=transform)
+        model.fit(data, verbose=0)
+    differences = [np.abs(a - b).max() for a, b in zip(models[0].get_weights(), models[1].get_weights())]
+    moves = [np.abs(a - b).max() for a, b in zip(start, models[0].get_weights())]
+    # Every weight moved as in float32 to within 2% of its move, and not identically (the products
+    # really were rounded).
+    assert all(d <= 0.02 * m + 1e-7 for d, m in zip(differences, moves)), (differences, moves)
+    assert max(differences) > 0
+
+
+def test_the_trainer_steps_in_bfloat16_and_evaluates_in_float32(tmp_path):
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=10, **{"training.product_precision": "bfloat16", **SHALLOW})
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    assert isinstance(trainer.model.compiled_weights.transform, BFloat16Products)
+    assert trainer.dev_weights.transform is FLOAT_WEIGHTS
+    assert trainer.translator.module.weight_transform is FLOAT_WEIGHTS
+
+
+def test_an_unknown_precision_is_refused():
+    from gnmt_tf.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="training.product_precision: 'float16' is not one of"):
+        load_config("tiny", overrides={"training.product_precision": "float16"})
+    assert WeightReader(BFloat16Products()).transform.inner is FLOAT_WEIGHTS
+
+
+def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
+    from gnmt_tf.training.precision import resolve_product_precision
+
+    flags = "flags\t\t: fpu sse2 avx2 avx512f {}\n"
+    native, emulated = tmp_path / "native", tmp_path / "emulated"
+    native.write_text("processor\t: 0\n" + flags.format("avx512_bf16 avx512_vnni"))
+    emulated.write_text("processor\t: 0\n" + flags.format("avx512_vnni avx512bw"))
+    assert resolve_product_precision("auto", str(native)) == "bfloat16"
+    assert resolve_product_precision("auto", str(emulated)) == "float32"
+    assert resolve_product_precision("auto", str(tmp_path / "absent")) == "float32"
+    assert resolve_product_precision("float32", str(native)) == "float32"
+    assert resolve_product_precision("bfloat16", str(emulated)) == "bfloat16"
