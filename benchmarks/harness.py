@@ -39,3 +39,11 @@ def run_in_worker_process(script: str, threads: int, worker_args: List[str], tim
         "load_average_after": [round(v, 2) for v in os.getloadavg()],
     }
     return answer, info
+
+
+def write_report(path: str, report: Dict) -> None:
+    """Write a benchmark's results file (JSON), making its folder, and say where."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+    print(f"wrote {path}", file=sys.stderr)

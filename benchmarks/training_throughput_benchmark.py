@@ -6,7 +6,8 @@ Source tokens/s is the measure of Ono et al. (2019, table 3). Each scheme trains
 the same model (default: the shipped ``small`` config) on one fixed synthetic
 batch with the real training step (``GNMT.train_step`` through ``model.fit``,
 the compiled AdamThenSGD optimizer and the delta annealing callback, as
-gnmt_tf/training/trainer.py sets them up): a few warm-up steps (tracing included), then timed steps. Every scheme runs
+gnmt_tf/training/trainer.py sets them up): a few warm-up steps (tracing included), then timed steps,
+each timed by a batch callback (the median step counts). Every scheme runs
 ``--rounds`` times in alternating order and its best round counts (all are kept).
 
 Schemes, each in its own worker process (logical devices are fixed per process):
@@ -35,7 +36,7 @@ import platform
 import sys
 import time
 
-from harness import WorkerFailed, run_in_worker_process
+from harness import WorkerFailed, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -132,15 +133,33 @@ def run_worker(args) -> dict:
         np, rng, batch, args.min_length, args.max_length, config.model.vocab_size
     )
     dataset = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat()
-    delta = [DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))]
+
+    class StepTimes(keras.callbacks.Callback):
+        """Wall and CPU time of every step. A batch callback also makes fit wait for each step, as the
+        trainer's own batch callbacks do; without one, fit here sometimes ran every step at a fixed
+        ~1.02 s whatever the step (benchmarks/README.md, "The training step's levers")."""
+
+        def __init__(self):
+            super().__init__()
+            self.wall, self.cpu = [], []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._started = (time.perf_counter(), time.process_time())
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.wall.append(time.perf_counter() - self._started[0])
+            self.cpu.append(time.process_time() - self._started[1])
+
+    delta = DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))
     started = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=delta)
+    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=[delta, StepTimes()])
     warmup_seconds = time.perf_counter() - started
-    started, cpu_started = time.perf_counter(), time.process_time()
-    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=delta)
-    seconds = time.perf_counter() - started
-    # CPU time of all this process' threads: less sensitive than wall time to other jobs on the machine.
-    cpu_seconds = time.process_time() - cpu_started
+    times = StepTimes()
+    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[delta, times])
+    # Medians of the steps: one slow step (another job on the machine) moves them little. CPU time is of
+    # all this process' threads: less sensitive than wall time to other jobs.
+    seconds = float(np.median(times.wall)) * args.steps
+    cpu_seconds = float(np.median(times.cpu)) * args.steps
     source_tokens = int((source != 0).sum())
     target_tokens = int((target_out != 0).sum())
     placement = getattr(model, "placement", None)
@@ -234,10 +253,7 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "results": rows,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"wrote {args.output}", file=sys.stderr)
+    write_report(args.output, report)
     for r in rows:
         loads = [run["worker"]["load_average_before"][0] for run in r["rounds"]]
         print(
