@@ -238,14 +238,15 @@ class TrainingConfig:
         "the rate on CPUs with AVX-512 BF16 or AMX, and slower on others; weights, recurrence, cell "
         "state, clips and loss stay float32, and dev evaluation, translation and export compute in "
         "float32. 'auto': bfloat16 where the CPU has those instructions, else float32. 'float32': the "
-        "paper's numerics. Measured: benchmarks/README.md, \"bfloat16 products in training\".",
+        "paper's numerics. Measured: benchmarks/README.md, \"The training step's levers\".",
         default="float32",
     )
     jit_compile: bool = _doc(
-        "Compile the training step with XLA: its many small per-time-step ops are fused (measured "
-        "1.2x steps/s for `small` on a 2-core CPU: benchmarks/README.md, \"The training step under "
-        "XLA\"). Each batch shape compiles once, so training batches then take one shape per length "
-        "bucket (padded to the bucket's width; each epoch's partial batches dropped). Only for "
+        "Compile the training step with XLA, which fuses its many small per-time-step ops. Each batch "
+        "shape compiles once, so training batches then take one shape per length bucket (padded to the "
+        "bucket's width; each epoch's partial batches dropped). Measured on a 2-core CPU: 1.10x the "
+        "steps/s of `small` once compiled, but the compilations cost that gain in a 9-minute run "
+        "(benchmarks/README.md, \"The training step's levers\"): for long runs. Only for "
         "maximum-likelihood training on one device (no --strategy, parallel.mode none).",
         default=False,
     )

@@ -4,7 +4,7 @@ The large products of a training step, the input projection of every LSTM layer 
 sequence and the softmax projection, are computed from bfloat16 operands: on CPUs with AVX-512
 BF16 (or AMX) oneDNN multiplies bfloat16 at about twice the float32 rate. Everything else stays
 float32: the weights and their updates, the recurrent products inside the time loop (too small to
-gain: benchmarks/README.md, "bfloat16 products in training"), the cell state and eq. 10's clip,
+gain: benchmarks/README.md, "The training step's levers"), the cell state and eq. 10's clip,
 attention, the logits' clip and the loss. Dev evaluation, translation and export always compute
 in float32: this is how a step is computed, not what the model is.
 
