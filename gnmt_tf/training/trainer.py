@@ -159,8 +159,9 @@ class Trainer:
         # translations compute with fake-quantized LSTM kernels (None: float). Made outside the
         # strategy's scope: its quantizers' range variables are not the model's.
         self.qat_transform = self._quantization_aware(self.model)
+        self.product_precision = resolve_product_precision(config.training.product_precision)  # "auto" read once
         with self.strategy.scope():
-            self._compile(training_transform(config.training.product_precision, self.qat_transform))
+            self._compile(training_transform(self.product_precision, self.qat_transform))
         self._build_checkpoints()
         if self.is_chief:
             self._build_dev_evaluation()
@@ -417,7 +418,7 @@ class Trainer:
             callbacks = [SegmentBoundaries(callbacks, segment)]
         initial_epoch = self.step // segment
         epochs = initial_epoch + math.ceil((max_steps - self.step) / segment) + 1
-        if resolve_product_precision(t.product_precision) == "bfloat16":
+        if self.product_precision == "bfloat16":
             self.log(f"products: bfloat16 operands for the input projections and the softmax "
                      f"(training.product_precision: {t.product_precision}); dev figures in float32")
         self.log(
