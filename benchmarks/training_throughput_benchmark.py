@@ -20,7 +20,10 @@ Schemes, each in its own worker process (logical devices are fixed per process):
 * ``hybrid``: ``parallel.mode: hybrid`` over 2 logical CPUs (Ono et al. 2019);
 * ``xla``: one device, the step compiled with XLA (``training.jit_compile``);
 * ``bfloat16``: one device, the large products from bfloat16 operands
-  (``training.product_precision: bfloat16``).
+  (``training.product_precision: bfloat16``);
+* ``baseline``: one device, as ``default`` but with the code and the config of another checkout
+  (``--baseline DIR``, e.g. ``git worktree add --detach /tmp/old c53d5df``): old against new, in one
+  sitting, on the same batch.
 
 Logical CPU devices share the process' thread pools and the machine's cores, so
 on a CPU machine they add no compute: what this measures there is the overhead
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -40,14 +44,15 @@ from harness import WorkerFailed, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16")
-ONE_DEVICE = ("default", "xla", "bfloat16")
+SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16", "baseline")
+ONE_DEVICE = ("default", "xla", "bfloat16", "baseline")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--config", default="small", help="shipped config name or YAML path")
-    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=[s for s in SCHEMES if s != "baseline"])
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of an older commit, timed as scheme 'baseline'")
     parser.add_argument("--batch", type=int, default=None, help="sentence pairs per step (default: training.batch_size)")
     parser.add_argument("--min-length", type=int, default=15, help="shortest source/target, in wordpieces")
     parser.add_argument("--max-length", type=int, default=30, help="longest source/target, in wordpieces")
@@ -61,7 +66,18 @@ def parse_args(argv=None):
     parser.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
     parser.add_argument("--output", default=os.path.join(HERE, "results", "training_throughput.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.worker and ("baseline" in args.schemes) != (args.baseline is not None):
+        parser.error("scheme 'baseline' and --baseline DIR go together")
+    if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "gnmt_tf")):
+        parser.error(f"--baseline {args.baseline}: no gnmt_tf package there")
+    return args
+
+
+def checkout_commit(tree: str) -> str:
+    """The commit of a checkout, or "" where it is not a git checkout."""
+    done = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 # ---------------------------------------------------------------------------------- worker
@@ -89,14 +105,15 @@ def synthetic_batch(np, rng, batch, min_length, max_length, vocab_size):
 
 def run_worker(args) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, ROOT)
+    scheme = args.scheme
+    code = os.path.abspath(args.baseline) if scheme == "baseline" else ROOT
+    sys.path.insert(0, code)
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    scheme = args.scheme
     if scheme not in ONE_DEVICE:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
@@ -105,8 +122,12 @@ def run_worker(args) -> dict:
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
     from gnmt_tf.training.callbacks import DeltaAnnealing
-    from gnmt_tf.training.precision import training_transform
     from gnmt_tf.training.schedules import DeltaSchedule
+
+    import gnmt_tf
+
+    if not os.path.abspath(gnmt_tf.__file__).startswith(code + os.sep):
+        raise RuntimeError(f"imported {gnmt_tf.__file__}, not the package in {code}")
 
     config = load_config(args.config)
     batch = args.batch or config.training.batch_size
@@ -125,8 +146,13 @@ def run_worker(args) -> dict:
         model.build()
         optimizer = AdamThenSGD.from_config_section(config)
         optimizer.build(model.trainable_variables)
-        model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
-                      weight_transform=training_transform("bfloat16" if scheme == "bfloat16" else "float32", None))
+        if scheme == "baseline":  # older code: no jit_compile or weight transform to choose
+            model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
+        else:
+            from gnmt_tf.training.precision import training_transform
+
+            model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
+                          weight_transform=training_transform("bfloat16" if scheme == "bfloat16" else "float32", None))
 
     rng = np.random.default_rng(0)
     source, target_in, target_out = synthetic_batch(
@@ -165,6 +191,7 @@ def run_worker(args) -> dict:
     placement = getattr(model, "placement", None)
     return {
         "scheme": scheme,
+        "code": {"tree": code, "commit": checkout_commit(code)},
         "devices": devices if scheme not in ONE_DEVICE else ["/device:CPU:0"],
         "placement": None if placement is None else {
             "encoder": list(placement.encoder), "decoder": list(placement.decoder),
@@ -199,7 +226,7 @@ def main(argv=None) -> int:
     batch = args.batch or config.training.batch_size
     common = ["--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
               "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
-              "--devices", str(args.devices)]
+              "--devices", str(args.devices)] + (["--baseline", args.baseline] if args.baseline else [])
     runs = {scheme: [] for scheme in args.schemes}
     for round_number in range(args.rounds):
         # Alternating order (ABCD, DCBA, ...): other jobs on the machine skew whichever runs when they do.
@@ -233,6 +260,9 @@ def main(argv=None) -> int:
         row["cpu_ratio_to_default"] = (
             round(row["source_tokens_per_cpu_second"] / default["source_tokens_per_cpu_second"], 3) if default else None
         )
+    baseline = next((r for r in rows if r["scheme"] == "baseline"), None)
+    for row in rows if baseline else ():  # old against new: the speed-up of each scheme over the older code
+        row["ratio_to_baseline"] = round(row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
     model = config.model
     report = {
         "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, one fixed synthetic batch",
