@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -228,6 +229,9 @@ def main(argv=None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for our runs (repeatable)")
     parser.add_argument("--tag", default="default", help="name of this configuration in the results")
+    parser.add_argument("--reuse-ours", action="store_true",
+                        help="score our model of this tag and minutes as an earlier run left it (it finished "
+                             "training, and a peer failed) instead of training it again")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "quality_benchmark"))
     parser.add_argument("--output", default=os.path.join(HERE, "results", "quality.json"))
     parser.add_argument("--evaluate-worker", default=None, help=argparse.SUPPRESS)
@@ -241,27 +245,41 @@ def main(argv=None) -> int:
     train_tsv, dev_tsv = write_split(args.workdir, args.overrides)
     results = _load(args.output)
     for minutes in args.minutes:
-        name = f"{args.tag}-{minutes:g}min"
+        # The peer runner's shell script does not quote its paths: directories are named without spaces.
+        name = re.sub(r"[^A-Za-z0-9._=-]+", "-", f"{args.tag}-{minutes:g}min")
         entry = {"tag": args.tag, "minutes": minutes, "threads": args.threads, "overrides": args.overrides,
                  "peer_env": peer_env, "date": time.strftime("%Y-%m-%d"),
                  "load_average_before": [round(v, 2) for v in os.getloadavg()]}
+        key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers))
         if not args.no_ours:
             ours_dir = os.path.join(args.workdir, f"ours-{name}")
-            print(f"{name}: training ours for {minutes:g} minutes", file=sys.stderr, flush=True)
-            seconds = train_ours(ours_dir, minutes, args.threads, args.overrides)
-            entry["ours"] = {**training_summary(ours_dir), "command_seconds": round(seconds, 1),
+            if args.reuse_ours and os.path.exists(ours_dir + ".log") and "steps" in training_summary(ours_dir):
+                print(f"{name}: scoring ours as trained before, in {ours_dir}", file=sys.stderr, flush=True)
+                seconds, entry["ours_reused"] = None, True
+            else:
+                print(f"{name}: training ours for {minutes:g} minutes", file=sys.stderr, flush=True)
+                seconds = train_ours(ours_dir, minutes, args.threads, args.overrides)
+            entry["ours"] = {**training_summary(ours_dir), "command_seconds": None if seconds is None else round(seconds, 1),
                              "decodings": evaluate_ours(ours_dir, args.threads)}
+            _record(args.output, results, key, entry)  # kept even if a peer fails next
         for peer in peers:
             print(f"{name}: training the {peer} peer for {minutes:g} minutes", file=sys.stderr, flush=True)
             out = os.path.join(args.workdir, f"{peer}-{name}-{args.threads}t")
             entry.setdefault("peers", {})[peer] = run_peer(peer, peer_env, train_tsv, dev_tsv, out, minutes,
                                                             args.threads)
+            _record(args.output, results, key, entry)
         entry["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-        key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers))
-        results["runs"] = [r for r in results["runs"] if _key(r) != key] + [entry]
-        _save(args.output, results)
+        _record(args.output, results, key, entry)
         _print(entry)
     return 0
+
+
+def _record(path: str, results: Dict, key, entry: Dict) -> None:
+    """Put ``entry`` in the results in place of an earlier run of the same key (or last), and save them."""
+    runs = results["runs"]
+    index = next((i for i, run in enumerate(runs) if run is entry or _key(run) == key), len(runs))
+    results["runs"] = runs[:index] + [entry] + runs[index + 1:]
+    _save(path, results)
 
 
 def _key(run: Dict):

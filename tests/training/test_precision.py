@@ -76,6 +76,42 @@ def test_the_trainer_steps_in_bfloat16_and_evaluates_in_float32(tmp_path):
     assert trainer.translator.module.weight_transform is FLOAT_WEIGHTS
 
 
+def test_bfloat16_products_of_quantization_aware_training_round_the_fake_quantized_kernels(rng, tmp_path):
+    from gnmt_tf.quantization import int8 as quantization
+    from gnmt_tf.quantization import qat
+
+    model = GNMT(tiny_model_config(vocab_size=40, init_scale=0.5, encoder_layers=2, decoder_layers=2))
+    model.build()
+    fake_quantized = qat.QuantizationAwareTraining(model)
+    transform = BFloat16Products(fake_quantized)
+    cell = fake_quantized.cells[0]
+    x = tf.constant(rng.normal(size=(3, cell.kernel.shape[0])).astype(np.float32))
+    eq12 = np.asarray(quantization.fake_quantize(cell.kernel))  # eq. 12's kernel, computed independently of the transform
+    np.testing.assert_allclose(transform.float_kernel(cell.kernel).numpy(), eq12, atol=1e-6)
+    product = transform.product(x, cell.kernel).numpy()
+    reference = _bfloat16(x.numpy()) @ _bfloat16(eq12)
+    np.testing.assert_allclose(product, reference, rtol=2 ** -7, atol=1e-5)
+    # Both roundings are there: not the bfloat16 product of the raw kernel, nor the float32 one of eq. 12's.
+    assert np.abs(product - _bfloat16(x.numpy()) @ _bfloat16(cell.kernel.numpy())).max() > 1e-2
+    assert np.abs(product - x.numpy() @ eq12).max() > 1e-3
+    # The straight-through gradient of QAT reaches the float kernel through the casts.
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(transform.product(x, cell.kernel))
+    gradient = tape.gradient(total, cell.kernel).numpy()
+    exact = np.repeat(x.numpy().sum(axis=0)[:, None], cell.kernel.shape[1], axis=1)
+    np.testing.assert_allclose(gradient, exact, rtol=2 ** -6, atol=1e-2)
+
+    # The trainer composes them the same way, and evaluates with QAT's kernels in float32.
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=10, **{"training.product_precision": "bfloat16", "training.quantization_aware": True,
+                               **SHALLOW})
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    compiled = trainer.model.compiled_weights.transform
+    assert isinstance(compiled, BFloat16Products) and compiled.inner is trainer.qat_transform
+    assert isinstance(trainer.qat_transform, qat.QuantizationAwareTraining)
+    assert trainer.dev_weights.transform is trainer.qat_transform
+
+
 def test_an_unknown_precision_is_refused():
     from gnmt_tf.config import ConfigError, load_config
 
