@@ -109,6 +109,8 @@ def evaluate_worker(model_dir: str) -> Dict:
             which = "averaged"
         if model_files.find_checkpoint(model_dir, which) is None:
             continue
+        if name == "average_beam" and model_files.load_metadata(model_dir)[0].training.average_decay is None:
+            continue  # averaged/ is a checkpoint mean an earlier scoring wrote (--reuse-ours), not the trainer's
         translator, _, checkpoint = load_translator(model_dir, which)
         evaluation = evaluate(translator, pairs, greedy=greedy)
         entry = score(evaluation.hypotheses, pairs)
