@@ -159,6 +159,8 @@ def training_summary(model_dir: str) -> Dict:
         for line in handle:
             if line.startswith("stopped at step"):
                 summary["steps"] = int(line.split()[3].rstrip(":"))
+            elif line.startswith("length filter: "):  # "length filter: N of M training pairs have more than ..."
+                summary["length_filter_dropped"] = int(line.split()[2].replace(",", ""))
             elif line.startswith("dev BLEU = "):  # the shipped model's figure, as evaluate gives it
                 summary["final_line"] = line.strip()
     try:
