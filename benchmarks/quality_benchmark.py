@@ -272,10 +272,25 @@ def main(argv=None) -> int:
             entry.setdefault("peers", {})[peer] = run_peer(peer, peer_env, train_tsv, dev_tsv, out, minutes,
                                                             args.threads)
             _record(args.output, results, key, entry)
+        if "ours" in entry and peers:
+            entry["comparison"] = comparison(entry)
         entry["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
         _record(args.output, results, key, entry)
         _print(entry)
     return 0
+
+
+def comparison(entry: Dict) -> Dict:
+    """BLEU leads of one run: ours (the shipped weights, the config's beam) over each peer's beam, on the
+    whole dev split and on its long sentences, and our beam over our greedy search."""
+    decodings = entry["ours"]["decodings"]
+    ours = decodings["shipped_beam"]
+    leads = {"beam_over_greedy": round(ours["whole"]["bleu"] - decodings["shipped_greedy"]["whole"]["bleu"], 2)}
+    for peer, value in entry.get("peers", {}).items():
+        for part in ("whole", "long"):
+            if ours[part] and value["beam"][part]:
+                leads[f"{part}_lead_over_{peer}"] = round(ours[part]["bleu"] - value["beam"][part]["bleu"], 2)
+    return leads
 
 
 def _record(path: str, results: Dict, key, entry: Dict) -> None:
@@ -315,6 +330,8 @@ def _print(entry: Dict) -> None:
         whole, long = value["whole"], value["long"]
         print(f"| {name} | {whole['bleu']} ({whole['bp']}, {whole['ratio']}) | "
               f"{long['bleu']} ({long['bp']}, {long['ratio']}) |" if long else f"| {name} | {whole['bleu']} | - |")
+    for name, lead in entry.get("comparison", {}).items():
+        print(f"{name.replace('_', ' ')}: {lead:+.2f} BLEU")
 
 
 if __name__ == "__main__":
