@@ -25,6 +25,12 @@ Schemes, each in its own worker process (logical devices are fixed per process):
   (``--baseline DIR``, e.g. ``git worktree add --detach /tmp/old c53d5df``): old against new, in one
   sitting, on the same batch.
 
+With ``--real-batches MODEL_DIR`` the steps read real batches instead of the fixed synthetic one: the
+first training batches of the built-in data (the English->French catalogs' training split) as the
+trainer makes them (``make_dataset`` with the config's batching and seed), in wordpieces of the
+default run in MODEL_DIR. Every scheme steps through the same batches, whose lengths vary as a run's
+do, and the mean step counts.
+
 Logical CPU devices share the process' thread pools and the machine's cores, so
 on a CPU machine they add no compute: what this measures there is the overhead
 (or the inter-op overlap) of each scheme, not the multi-GPU speed-ups of the papers.
@@ -38,6 +44,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 from harness import WorkerFailed, run_in_worker_process, write_report
@@ -63,7 +70,10 @@ def parse_args(argv=None):
         "--rounds", type=int, default=2, help="each scheme this many times, in alternating order; the best round counts"
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--real-batches", metavar="MODEL_DIR",
+                        help="time real batches of the built-in data in the wordpieces of this model directory")
     parser.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
+    parser.add_argument("--batches", help=argparse.SUPPRESS)  # the real batches, saved for the workers
     parser.add_argument("--output", default=os.path.join(HERE, "results", "training_throughput.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -71,6 +81,8 @@ def parse_args(argv=None):
         parser.error("scheme 'baseline' and --baseline DIR go together")
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "gnmt_tf")):
         parser.error(f"--baseline {args.baseline}: no gnmt_tf package there")
+    if args.real_batches is not None and not os.path.exists(os.path.join(args.real_batches, "wordpieces.txt")):
+        parser.error(f"--real-batches {args.real_batches}: no wordpieces.txt there (a trained model directory)")
     return args
 
 
@@ -103,6 +115,32 @@ def synthetic_batch(np, rng, batch, min_length, max_length, vocab_size):
     return source, target_in, target_out
 
 
+def save_real_batches(model_dir: str, config_name: str, count: int, path: str) -> int:
+    """The first ``count`` training batches of the built-in data as the trainer makes them, in the
+    wordpieces of ``model_dir``, saved to ``path`` (npz); returns the vocabulary size."""
+    import numpy as np
+
+    from gnmt_tf import model_files
+    from gnmt_tf.config import load_config
+    from gnmt_tf.data import make_dataset, split_dev
+    from gnmt_tf.data.catalogs import load_catalog_pairs
+
+    config = load_config(config_name)
+    t, d = config.training, config.data
+    tokenizer = model_files.read_tokenizer(model_dir)
+    pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
+    train, _ = split_dev(pairs, d.dev_fraction, d.dev_max_pairs, t.seed)
+    dataset = make_dataset(train, tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
+                           max_length=d.max_length, bucket_width=d.bucket_width, shuffle_buffer=d.shuffle_buffer,
+                           seed=t.seed, training=True, repeat=True)
+    arrays = {}
+    for i, ((source, target_in), target_out) in enumerate(dataset.take(count)):
+        arrays.update({f"source_{i}": source.numpy(), f"target_in_{i}": target_in.numpy(),
+                       f"target_out_{i}": target_out.numpy()})
+    np.savez(path, vocab_size=tokenizer.vocab_size, **arrays)
+    return tokenizer.vocab_size
+
+
 def run_worker(args) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     scheme = args.scheme
@@ -131,6 +169,11 @@ def run_worker(args) -> dict:
 
     config = load_config(args.config)
     batch = args.batch or config.training.batch_size
+    if args.batches:
+        saved = np.load(args.batches)
+        config.model.vocab_size = int(saved["vocab_size"])  # as the trainer sizes the model to its wordpieces
+        batches = [tuple(saved[f"{name}_{i}"] for name in ("source", "target_in", "target_out"))
+                   for i in range(args.warmup + args.steps)]
     devices = [f"/device:CPU:{i}" for i in range(args.devices)]
     parallel = None
     if scheme in ("model", "hybrid"):
@@ -154,11 +197,19 @@ def run_worker(args) -> dict:
             model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
                           weight_transform=training_transform("bfloat16" if scheme == "bfloat16" else "float32", None))
 
-    rng = np.random.default_rng(0)
-    source, target_in, target_out = synthetic_batch(
-        np, rng, batch, args.min_length, args.max_length, config.model.vocab_size
-    )
-    dataset = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat()
+    if args.batches:
+        def dataset_of(chosen):
+            signature = tf.TensorSpec([None, None], tf.int32)
+            return tf.data.Dataset.from_generator(lambda: (((s, i), o) for s, i, o in chosen),
+                                                  output_signature=((signature, signature), signature))
+
+        warmup_data, timed_data = dataset_of(batches[:args.warmup]), dataset_of(batches[args.warmup:])
+        timed = batches[args.warmup:]
+    else:
+        rng = np.random.default_rng(0)
+        fixed = synthetic_batch(np, rng, batch, args.min_length, args.max_length, config.model.vocab_size)
+        warmup_data = timed_data = tf.data.Dataset.from_tensors(((fixed[0], fixed[1]), fixed[2])).repeat()
+        timed = [fixed] * args.steps
 
     class StepTimes(keras.callbacks.Callback):
         """Wall and CPU time of every step. A batch callback also makes fit wait for each step, as the
@@ -178,18 +229,25 @@ def run_worker(args) -> dict:
 
     delta = DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))
     started = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=[delta, StepTimes()])
+    model.fit(warmup_data, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=[delta, StepTimes()])
     warmup_seconds = time.perf_counter() - started
     times = StepTimes()
-    history = model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[delta, times])
-    # Medians of the steps: one slow step (another job on the machine) moves them little. CPU time is of
-    # all this process' threads: less sensitive than wall time to other jobs.
-    seconds = float(np.median(times.wall)) * args.steps
-    cpu_seconds = float(np.median(times.cpu)) * args.steps
-    source_tokens = int((source != 0).sum())
-    target_tokens = int((target_out != 0).sum())
+    traces_before = model.train_function.experimental_get_tracing_count()
+    history = model.fit(timed_data, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[delta, times])
+    # The fixed batch: medians of the steps, as one slow step (another job on the machine) moves them
+    # little. Real batches differ, so their sum counts. CPU time is of all this process' threads: less
+    # sensitive than wall time to other jobs.
+    total = (lambda values: float(np.sum(values))) if args.batches else (
+        lambda values: float(np.median(values)) * args.steps)
+    seconds, cpu_seconds = total(times.wall), total(times.cpu)
+    source_tokens = int(sum((source != 0).sum() for source, _, _ in timed))  # over the timed steps
+    target_tokens = int(sum((target_out != 0).sum() for _, _, target_out in timed))
     placement = getattr(model, "placement", None)
+    # A step that traced anew would time tracing: real batches of new shapes after the warm-up
+    # (Keras relaxes the shapes at the second trace, so a few warm-up batches suffice).
+    traces = model.train_function.experimental_get_tracing_count() - traces_before
     return {
+        "traces_during_timed_steps": traces,
         "scheme": scheme,
         "code": {"tree": code, "commit": checkout_commit(code)},
         "devices": devices if scheme not in ONE_DEVICE else ["/device:CPU:0"],
@@ -200,15 +258,15 @@ def run_worker(args) -> dict:
         "replicas": strategy.num_replicas_in_sync,
         "warmup_seconds": round(warmup_seconds, 1),
         "seconds_per_step": round(seconds / args.steps, 4),
-        "source_tokens_per_second": round(source_tokens * args.steps / seconds, 1),
-        "target_tokens_per_second": round(target_tokens * args.steps / seconds, 1),
+        "source_tokens_per_second": round(source_tokens / seconds, 1),
+        "target_tokens_per_second": round(target_tokens / seconds, 1),
         "cpu_seconds_per_step": round(cpu_seconds / args.steps, 4),
-        "source_tokens_per_cpu_second": round(source_tokens * args.steps / cpu_seconds, 1),
+        "source_tokens_per_cpu_second": round(source_tokens / cpu_seconds, 1),
         "loss_after": round(float(history.history["loss"][-1]), 4),
         "jit_compile": scheme == "xla",
         "product_precision": "bfloat16" if scheme == "bfloat16" else "float32",
-        "source_tokens_per_batch": source_tokens,
-        "target_tokens_per_batch": target_tokens,
+        "source_tokens_per_batch": round(source_tokens / args.steps, 1),  # real batches: their mean
+        "target_tokens_per_batch": round(target_tokens / args.steps, 1),
         "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
     }
 
@@ -227,6 +285,10 @@ def main(argv=None) -> int:
     common = ["--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
               "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
               "--devices", str(args.devices)] + (["--baseline", args.baseline] if args.baseline else [])
+    if args.real_batches:
+        batches_path = os.path.join(tempfile.mkdtemp(prefix="real_batches"), "batches.npz")
+        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path)
+        common += ["--batches", batches_path]
     runs = {scheme: [] for scheme in args.schemes}
     for round_number in range(args.rounds):
         # Alternating order (ABCD, DCBA, ...): other jobs on the machine skew whichever runs when they do.
@@ -265,7 +327,9 @@ def main(argv=None) -> int:
         row["ratio_to_baseline"] = round(row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
     model = config.model
     report = {
-        "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, one fixed synthetic batch",
+        "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, "
+                     + (f"real batches of the built-in data (wordpieces of {args.real_batches})" if args.real_batches
+                        else "one fixed synthetic batch"),
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "threads": args.threads,
@@ -276,7 +340,7 @@ def main(argv=None) -> int:
             "dropout": model.dropout, "input_feeding": model.input_feeding,
         },
         "batch": batch,
-        "lengths": [args.min_length, args.max_length],
+        "lengths": None if args.real_batches else [args.min_length, args.max_length],
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
         "logical_devices": args.devices,
