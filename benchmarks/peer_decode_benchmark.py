@@ -29,7 +29,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from quality_benchmark import read_pairs, score, start_peer, thread_env, train_ours, write_split  # noqa: E402
+from harness import write_report  # noqa: E402
+from quality_benchmark import read_pairs, run_peer, score, thread_env, train_ours, write_split  # noqa: E402
 
 SIZE = ["model.encoder_layers=2", "model.decoder_layers=2", "model.units=256"]
 DECODING = {"beam_width": 4, "alpha": 0.2, "beta": 0.2}
@@ -76,22 +77,17 @@ def main(argv=None) -> int:
         return 0
 
     os.makedirs(args.workdir, exist_ok=True)
-    train, test = write_split(args.workdir, "small", [])
+    train, test = write_split(args.workdir, [])
     ours_dir = os.path.join(args.workdir, f"ours-2x256-{args.minutes:g}min")
     peer_dir = os.path.join(args.workdir, f"peer-2x256-{args.minutes:g}min")
     if os.path.isdir(os.path.join(ours_dir, "best")):  # a finished run of an earlier sitting
         print(f"ours: using the trained {ours_dir}", flush=True)
     else:
         print(f"training ours (2+2x256) for {args.minutes:g} minutes, {args.threads} thread(s)", flush=True)
-        if train_ours(ours_dir, args.minutes, args.threads, SIZE, None).wait() != 0:
-            raise SystemExit(f"our training failed: see {ours_dir}.log")
+        train_ours(ours_dir, args.minutes, args.threads, SIZE)
     print(f"training and decoding the peer (2+2x256) for {args.minutes:g} minutes", flush=True)
-    os.environ.update(LAYERS="2", UNITS="256")
-    if start_peer(train, test, peer_dir, args.minutes, args.threads, None).wait() != 0:
-        raise SystemExit(f"the peer failed: see {peer_dir}.log")
-    with open(os.path.join(peer_dir, "results.json"), encoding="utf-8") as handle:
-        peer = json.load(handle)
-    peer.pop("settings", None)
+    peer = run_peer("lstm", {"LAYERS": "2", "UNITS": "256"}, train, test, peer_dir, args.minutes,
+                    args.threads)["reported"]
     print("decoding with ours", flush=True)
     worker = subprocess.run(
         [sys.executable, __file__, "--threads", str(args.threads), "--decode-worker", ours_dir, test],
@@ -107,12 +103,10 @@ def main(argv=None) -> int:
         "ours": ours, "peer": peer,
         "speed_ratio": round(ours["decode_src_words_per_s"] / peer["decode_src_words_per_s"], 2),
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=1)
+    write_report(args.output, result)
     print(f"ours {ours['decode_src_words_per_s']} source words/s (BLEU "
           f"{ours['beam 4, alpha=beta=0.2']['whole']['bleu']}), peer {peer['decode_src_words_per_s']} "
-          f"(BLEU {peer['bleu']}): {result['speed_ratio']}x; written {args.output}")
+          f"(BLEU {peer['bleu']}): {result['speed_ratio']}x")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import sys
 
 import numpy as np
 
@@ -150,7 +151,14 @@ def shortlist_excluding(vocab_size, excluded):
 
 
 def load_benchmark(name):
-    """The script ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    """The script ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package).
+
+    Its folder goes on ``sys.path`` as running the script puts it there: the scripts import
+    each other (``harness``, ``quality_benchmark``) by name.
+    """
+    folder = os.path.join(ROOT, "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
