@@ -2,7 +2,9 @@
 
 Both are functions of the global step (delta, for a run bounded in time, also of the
 training time), so a run restored from a checkpoint (which restores the step) is back
-on the same schedule.
+on the same schedule. The exception is :class:`BudgetDecay`, the rate's fall over the end
+of a run's budget: it reads the run's own clock too, so a resumed timed run starts its
+budget, and its decay, afresh.
 """
 
 from __future__ import annotations
@@ -142,6 +144,20 @@ class BudgetDecay:
         self.fraction = fraction
         self.max_steps = max_steps
         self.max_seconds = max_seconds
+
+    @classmethod
+    def for_run(cls, fraction: Optional[float], max_steps: Optional[int], max_minutes: Optional[float],
+                timed: bool = True) -> Optional["BudgetDecay"]:
+        """The decay of a run with these bounds, or None (no ``fraction``, or nothing to decay over).
+
+        ``timed``: whether the run's clock may set the rate. Not where several processes each run
+        the callbacks on their own clocks (a synchronous multi-worker cluster): their rates would
+        differ, so there the decay follows the steps alone, as delta's anneal does.
+        """
+        max_seconds = 60.0 * max_minutes if max_minutes and timed else None
+        if fraction is None or not (max_steps or max_seconds):
+            return None
+        return cls(fraction, max_steps, max_seconds)
 
     def progress(self, step: int, seconds: float) -> float:
         shares = []

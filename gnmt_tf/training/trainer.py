@@ -250,21 +250,30 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _restore(self, init_checkpoint: Optional[str]) -> None:
         path = self.manager.latest_checkpoint
-        if path:  # delta comes back with the weights, and the anneal goes on from it
+        if path and self.weight_average is not None and not _holds(path, "weight_average"):
+            # A run begun without training.average_decay and resumed with it: its checkpoint has no
+            # average to restore, so the average starts at the restored weights.
+            tf.train.Checkpoint(model=self.model, optimizer=self.optimizer).restore(path).assert_existing_objects_matched()
+            self._start_average_at_weights()
+            self.log(f"resuming from {path} at step {self.step}; its weight average starts there")
+        elif path:  # delta comes back with the weights, and the anneal goes on from it
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
             self.log(f"resuming from {path} at step {self.step}")
         elif init_checkpoint:
             # Through a plain model: restoring into the compiled one would also restore the
             # optimizer it tracks (step counter, moments), and a fine-tune starts its own.
             self.model.set_weights(model_files.build_model(self.config, init_checkpoint).get_weights())
-            if self.weight_average is not None:  # the average starts at the weights it fine-tunes
-                for average, variable in zip(self.weight_average.averages, self.model.trainable_variables):
-                    average.assign(variable)
+            self._start_average_at_weights()  # the average starts at the weights it fine-tunes
             self.log(f"starting from the weights of {init_checkpoint}")
         best = (model_files.read_best_bleu(self.model_dir)
                 if self.is_chief and self.best_manager.latest_checkpoint else None)
         # The dev BLEU to beat: a resumed run keeps comparing against its old best.
         self.dev_record = BestScore(best.score if best is not None else None)
+
+    def _start_average_at_weights(self) -> None:
+        if self.weight_average is not None:
+            for average, variable in zip(self.weight_average.averages, self.model.trainable_variables):
+                average.assign(variable)
 
     @property
     def step(self) -> int:
@@ -373,8 +382,8 @@ class Trainer:
         writers = [self.checkpoint_writer] + ([_AveragedWriter(self)] if self.is_chief and self.weight_average else [])
         self.checkpointing = PeriodicCheckpoint(writers, t.checkpoint_every, self.control)
         callbacks = [self.control, annealing, self.checkpointing]
-        if self.rate_scale is not None:
-            decay = BudgetDecay(t.final_decay_fraction, max_steps, 60.0 * max_minutes if max_minutes else None)
+        decay = BudgetDecay.for_run(t.final_decay_fraction, max_steps, max_minutes, timed=not self.multi_worker)
+        if self.rate_scale is not None and decay is not None:
             callbacks.append(FinalRateDecay(decay, self.rate_scale, started=started))
         if self.is_chief:  # summaries and dev evaluation: the chief's alone
             callbacks += [
@@ -519,3 +528,8 @@ class _AveragedWriter:
 
     def save(self, checkpoint_number: int) -> Optional[str]:
         return self.trainer.save_averaged(checkpoint_number)
+
+
+def _holds(checkpoint_path: str, name: str) -> bool:
+    """Whether the checkpoint at ``checkpoint_path`` saved an object under the attribute ``name``."""
+    return any(key.split("/", 1)[0] == name for key, _ in tf.train.list_variables(checkpoint_path))

@@ -1,5 +1,7 @@
 """The weight average a run ships (gnmt_tf.training.averaging), against a NumPy re-derivation."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -61,3 +63,30 @@ def test_the_training_step_moves_the_average_after_each_update():
         expected = numpy_average([weights[index] for weights in history], 0.5)
         np.testing.assert_allclose(average.averages[index].numpy(), expected, rtol=1e-4, atol=1e-6)
     assert not np.allclose(average.averages[7].numpy(), model.trainable_variables[7].numpy())
+
+
+def test_a_run_resumed_with_an_average_starts_it_at_the_restored_weights(tmp_path):
+    """training.average_decay set when resuming a run begun without it: its checkpoints hold no average."""
+    from gnmt_tf import model_files
+    from gnmt_tf.training.trainer import Trainer
+    from helpers import SHALLOW
+    from number_model import tiny_number_setup
+
+    config, model_dir, train, dev, tokenizer = tiny_number_setup(
+        tmp_path, 2, **SHALLOW, **{"training.checkpoint_every": 2})
+    Trainer(config, model_dir, train, dev, tokenizer, log=lambda m: None, verbose=0).train()
+    resumed = config.replace(**{"training.average_decay": 0.9, "training.max_steps": 4})
+    lines = []
+    trainer = Trainer(resumed, model_dir, train, dev, tokenizer, log=lines.append, verbose=0)
+    assert trainer.step == 2 and any("weight average starts there" in line for line in lines), lines
+    for average, variable in zip(trainer.weight_average.averages, trainer.model.trainable_variables):
+        np.testing.assert_array_equal(average.numpy(), variable.numpy())
+    start = [v.numpy() for v in trainer.model.trainable_variables]
+    trainer.train()
+    assert trainer.step == 4
+    # Two updates later the average has left the restored weights, following the trained ones.
+    moved = [i for i, v in enumerate(trainer.model.trainable_variables) if not np.allclose(v.numpy(), start[i])]
+    assert moved
+    index = moved[0]
+    assert not np.allclose(trainer.weight_average.averages[index].numpy(), start[index])
+    assert os.path.isdir(model_files.averaged_dir(model_dir))

@@ -25,6 +25,16 @@ def test_budget_decay_is_flat_then_falls_linearly_to_zero_by_steps_or_time():
             BudgetDecay(*bad)
 
 
+def test_a_run_decays_by_its_clock_only_where_one_clock_rules_it():
+    timed = BudgetDecay.for_run(0.5, max_steps=100_000, max_minutes=10.0)
+    assert (timed.max_steps, timed.max_seconds) == (100_000, 600.0) and timed(10, 450.0) == pytest.approx(0.5)
+    # A synchronous multi-worker cluster: each worker's clock would give its own rate; the steps alone count.
+    by_steps = BudgetDecay.for_run(0.5, max_steps=100_000, max_minutes=10.0, timed=False)
+    assert by_steps.max_seconds is None and by_steps(10, 450.0) == 1.0 and by_steps(75_000, 0.0) == pytest.approx(0.5)
+    assert BudgetDecay.for_run(None, 100, 10.0) is None  # training.final_decay_fraction: null
+    assert BudgetDecay.for_run(0.5, None, 10.0, timed=False) is None  # nothing left to decay over
+
+
 def test_the_learning_rate_is_the_paper_schedule_times_the_budget_factor():
     scale = tf.Variable(1.0)
     schedule = GNMTLearningRate(0.002, 100, 0.5, 200, 50, 2, budget_scale=scale)
