@@ -249,7 +249,7 @@ def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None
 
     The model section is kept; the training section becomes the fine-tuning
     recipe: ``quantization_aware: true``, plain SGD (``adam_steps: 0``) at
-    ``QAT_LEARNING_RATE`` without halvings, ``QAT_MAX_STEPS`` steps counted from 0,
+    ``QAT_LEARNING_RATE`` without halvings or a final decay, ``QAT_MAX_STEPS`` steps counted from 0,
     and delta fixed at its inference value ``model.clip_delta`` (``delta_start`` =
     ``model.clip_delta``, no annealing): the fine-tune should see the model as it
     will run. ``overrides`` (dotted keys, as ``--set``) are applied last.
@@ -262,6 +262,7 @@ def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None
         "training.decay_count": 0,
         "training.delta_start": (overrides or {}).get("model.clip_delta", config.model.clip_delta),
         "training.delta_anneal_steps": 0,
+        "training.final_decay_fraction": None,  # the recipe's rate is constant
     }
     recipe.update(overrides or {})
     return config.replace(**recipe)

@@ -181,7 +181,7 @@ def refinement_config(config, overrides: Optional[Dict[str, Any]] = None):
 
     The model section is kept but for dropout, which RL refinement does without
     (section 8.3); the training section becomes the recipe: ``objective: rl``, plain
-    SGD (``adam_steps: 0``) at ``RL_LEARNING_RATE`` without halvings, no quantization-
+    SGD (``adam_steps: 0``) at ``RL_LEARNING_RATE`` without halvings or a final decay, no quantization-
     aware training, delta fixed at its inference value ``model.clip_delta``; the step
     counter starts from 0 and ``max_steps`` is kept as a bound, the run normally ending
     on ``rl.patience``. ``overrides`` (dotted keys, as ``--set``) are applied last.
@@ -195,6 +195,7 @@ def refinement_config(config, overrides: Optional[Dict[str, Any]] = None):
         "training.decay_count": 0,
         "training.delta_start": (overrides or {}).get("model.clip_delta", config.model.clip_delta),
         "training.delta_anneal_steps": 0,
+        "training.final_decay_fraction": None,  # the recipe's rate is constant
     }
     recipe.update(overrides or {})
     return config.replace(**recipe)

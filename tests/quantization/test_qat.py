@@ -267,9 +267,10 @@ def test_importing_qat_does_not_import_tfmot():
 def test_qat_config_is_the_fine_tuning_recipe():
     from gnmt_tf.config import ConfigError, load_config
 
-    base = load_config("tiny", overrides={"training.delta_start": 8.0})
+    base = load_config("tiny", overrides={"training.delta_start": 8.0, "training.final_decay_fraction": 0.3})
     config = qat.quantization_aware_config(base, {"training.max_steps": 7})
     t = config.training
+    assert t.final_decay_fraction is None  # a constant rate, whatever the model was trained with
     assert t.quantization_aware and t.max_steps == 7 and t.adam_steps == 0 and t.decay_count == 0
     assert t.sgd_learning_rate == qat.QAT_LEARNING_RATE
     assert (t.delta_start, t.delta_anneal_steps) == (base.model.clip_delta, 0)  # delta fixed at 1.0

@@ -154,9 +154,11 @@ def test_mixed_objective_is_alpha_times_ml_plus_rl(rng):
 
 
 def test_refinement_config_is_the_paper_recipe():
-    base = load_config("tiny", overrides={"model.dropout": 0.3, "training.quantization_aware": True})
+    base = load_config("tiny", overrides={"model.dropout": 0.3, "training.quantization_aware": True,
+                                          "training.final_decay_fraction": 0.3})
     config = refinement_config(base, {"rl.samples": 4})
     t = config.training
+    assert t.final_decay_fraction is None  # the recipe's rate is constant, whatever the model was trained with
     assert config.model.dropout == 0.0  # no dropout in RL refinement (section 8.3)
     assert t.objective == "rl" and t.adam_steps == 0 and t.decay_count == 0 and not t.quantization_aware
     assert t.delta_start == config.model.clip_delta and t.delta_anneal_steps == 0
