@@ -235,10 +235,12 @@ class TrainingConfig:
     product_precision: Literal["float32", "bfloat16", "auto"] = _doc(
         "Precision of the operands of the training step's large products (every LSTM layer's input "
         "projection and the softmax; gnmt_tf.training.precision). 'bfloat16' runs them at about twice "
-        "the rate on CPUs with AVX-512 BF16 or AMX, and slower on others; weights, recurrence, cell "
-        "state, clips and loss stay float32, and dev evaluation, translation and export compute in "
-        "float32. 'auto': bfloat16 where the CPU has those instructions, else float32. 'float32': the "
-        "paper's numerics. Measured: benchmarks/README.md, \"The training step's levers\".",
+        "the rate on CPUs with AVX-512 BF16 or AMX, and slower on others; weights, the recurrence of "
+        "layers run over whole sequences, cell state, clips and loss stay float32 (layers stepped one "
+        "time step at a time, as with input feeding or parallel.mode, multiply in bfloat16 throughout), "
+        "and dev evaluation, translation and export compute in float32. 'auto': bfloat16 where the "
+        "CPU has those instructions and no GPU is used, else float32. 'float32': the paper's numerics. "
+        "Measured: benchmarks/README.md, \"The training step's levers\".",
         default="float32",
     )
     jit_compile: bool = _doc(

@@ -3,10 +3,13 @@
 The large products of a training step, the input projection of every LSTM layer over the whole
 sequence and the softmax projection, are computed from bfloat16 operands: on CPUs with AVX-512
 BF16 (or AMX) oneDNN multiplies bfloat16 at about twice the float32 rate. Everything else stays
-float32: the weights and their updates, the recurrent products inside the time loop (too small to
-gain: benchmarks/README.md, "The training step's levers"), the cell state and eq. 10's clip,
-attention, the logits' clip and the loss. Dev evaluation, translation and export always compute
-in float32: this is how a step is computed, not what the model is.
+float32: the weights and their updates, the recurrent products of a layer run over a whole
+sequence (too small to gain: benchmarks/README.md, "The training step's levers"), the cell state
+and eq. 10's clip, attention, the logits' clip and the loss. Steps that compute a layer one time
+step at a time through the weight reader multiply from bfloat16 operands too, the recurrent
+product included: the bottom decoder layer with input feeding, the model-parallel wavefront
+(``parallel.mode``) and RL's sampled translations. Dev evaluation, translation and export always
+compute in float32: this is how a step is computed, not what the model is.
 
 It is a :class:`~gnmt_tf.layers.weights.WeightTransform` wrapped around the one training would
 use otherwise (float, or quantization-aware training's fake-quantized kernels), so that the model
@@ -15,7 +18,7 @@ reads its weights through one mechanism.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -42,10 +45,9 @@ class BFloat16Products(WeightTransform):
         return self.inner.float_kernel(kernel)
 
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
-        values = self.inner.float_kernel(kernel) if columns is None else columns
-        if values is None:
+        if self.inner.float_kernel(kernel) is None:  # int8 products: the inner transform's, columns too
             return self.inner.product(x, kernel, columns)
-        return _bfloat16_product(x, values)
+        return _bfloat16_product(x, self.inner.float_kernel(kernel) if columns is None else columns)
 
     def columns(self, kernel: tf.Variable, ids: tf.Tensor):
         return self.inner.columns(kernel, ids)
@@ -82,11 +84,15 @@ def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return any(flag in words for flag in NATIVE_BFLOAT16_FLAGS)
 
 
-def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpuinfo") -> str:
+def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpuinfo",
+                              gpus: Optional[Sequence] = None) -> str:
     """``training.product_precision`` as a precision: ``"auto"`` is bfloat16 on a CPU that multiplies
-    it natively (:func:`cpu_multiplies_bfloat16`), float32 elsewhere."""
+    it natively (:func:`cpu_multiplies_bfloat16`), float32 elsewhere, and float32 wherever a GPU
+    (``gpus``; default: those TensorFlow sees) takes the products: the CPU's flags say nothing of it."""
     if product_precision == "auto":
-        return "bfloat16" if cpu_multiplies_bfloat16(cpuinfo) else "float32"
+        if gpus is None:
+            gpus = tf.config.list_physical_devices("GPU")
+        return "bfloat16" if not gpus and cpu_multiplies_bfloat16(cpuinfo) else "float32"
     return product_precision
 
 

@@ -47,6 +47,21 @@ def test_products_are_of_bfloat16_operands_and_keep_the_float_recurrence(rng):
     assert WeightReader(BFloat16Products()).transform.inner is FLOAT_WEIGHTS
 
 
+def test_int8_products_are_left_to_the_inner_transform_also_for_softmax_columns(rng):
+    from gnmt_tf.quantization.weights import Int8Weights
+
+    model = GNMT(tiny_model_config())
+    model.build()
+    inner = Int8Weights(model)  # int8 products: no float kernel to round
+    kernel = model.decoder.softmax_projection.kernel
+    ids = tf.constant([3, 0, 7])
+    top = tf.constant(rng.normal(size=(2, kernel.shape[0])).astype(np.float32))
+    wrapped = BFloat16Products(inner)
+    np.testing.assert_array_equal(wrapped.product(top, kernel, wrapped.columns(kernel, ids)).numpy(),
+                                  inner.product(top, kernel, inner.columns(kernel, ids)).numpy())
+    np.testing.assert_array_equal(wrapped.product(top, kernel).numpy(), inner.product(top, kernel).numpy())
+
+
 def test_a_model_trains_with_bfloat16_products_close_to_float32(rng):
     source, target_in, target_out = copy_task(rng, 8, tiny_model_config().vocab_size)
     data = tf.data.Dataset.from_tensors(((source, target_in), target_out)).repeat(3)
@@ -126,7 +141,8 @@ def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
     native, emulated = tmp_path / "native", tmp_path / "emulated"
     native.write_text("processor\t: 0\n" + flags.format("avx512_bf16 avx512_vnni"))
     emulated.write_text("processor\t: 0\n" + flags.format("avx512_vnni avx512bw"))
-    assert resolve_product_precision("auto", str(native)) == "bfloat16"
+    assert resolve_product_precision("auto", str(native), gpus=[]) == "bfloat16"
+    assert resolve_product_precision("auto", str(native), gpus=["/physical_device:GPU:0"]) == "float32"
     assert resolve_product_precision("auto", str(emulated)) == "float32"
     assert resolve_product_precision("auto", str(tmp_path / "absent")) == "float32"
     assert resolve_product_precision("float32", str(native)) == "float32"
