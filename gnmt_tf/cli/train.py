@@ -76,8 +76,8 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--quiet", action="store_true",
-        help="no live progress bar: one progress line per stretch of steps between logging, checkpoint and "
-        "evaluation points instead (the default when output is not a terminal)",
+        help="no live progress line: a progress line every 30 seconds instead (the default when output "
+        "is not a terminal)",
     )
 
 
@@ -267,7 +267,7 @@ def _run_refine(args) -> int:
 
 
 def _verbosity(args) -> int:
-    # A live progress bar on a terminal; one line per segment in logs and pipes.
+    # A live progress line on a terminal; a line every 30 seconds in logs and pipes.
     return 1 if sys.stdout.isatty() and not args.quiet else 2
 
 
