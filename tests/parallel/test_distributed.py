@@ -129,6 +129,7 @@ DRIVER = textwrap.dedent(
     print("RESULT " + json.dumps({
         "replicas": strategy.num_replicas_in_sync,
         "devices": list(strategy.extended.worker_devices),
+        "precision": [default.product_precision, mirrored.product_precision],
         "default": default_steps, "mirrored": mirrored_steps,
         "steps": [default_result.step, mirrored_result.step],
         "dev_perplexity": [default_result.dev_perplexity, mirrored_result.dev_perplexity],
@@ -323,13 +324,18 @@ def test_tpu_strategy_reaches_the_resolver_and_fails_clearly(tmp_path, monkeypat
 
 
 # ------------------------------------------------------------------------------ mirrored
-def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(tmp_path, children):
-    argv = _driver(tmp_path) + ["compare", str(tmp_path), json.dumps(SHALLOW)]
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(tmp_path, children, precision):
+    # bfloat16: the products' operands are rounded the same way in each replica as on one device,
+    # so the replicas still follow the default strategy (training.product_precision).
+    overrides = {**SHALLOW, "training.product_precision": precision}
+    argv = _driver(tmp_path) + ["compare", str(tmp_path), json.dumps(overrides)]
     process = children(argv, _env(), tmp_path / "compare.log")
     assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
     result = json.loads(_log(process).split("RESULT ", 1)[1].splitlines()[0])
     assert result["replicas"] == 2 and len(result["devices"]) == 2 and result["devices"][0] != result["devices"][1]
     assert result["steps"] == [8, 8]
+    assert result["precision"] == [precision, precision]
     default, mirrored = result["default"], result["mirrored"]
     assert len(default) == len(mirrored) == 8
     # Same starting weights, same batches, same global batch of 16. What differs: the
