@@ -436,11 +436,22 @@ class Trainer:
             + f"; checkpoints every {t.checkpoint_every} steps in {model_files.checkpoint_dir(self.model_dir)}"
         )
         self.control.install_signal_handlers()
+        start_step = self.step
         try:
             self.model.fit(
                 train_data, steps_per_epoch=segment, epochs=epochs, initial_epoch=initial_epoch,
                 callbacks=callbacks, verbose=0,
             )
+        except ValueError as err:
+            if self.step != start_step or "Empty logs" not in str(err):
+                raise
+            # Keras' words for a dataset that gave no batch at all.
+            raise ConfigError(
+                f"the training data gave no batch: {len(self.train_pairs):,} pairs"
+                + (", and with training.jit_compile a length bucket with fewer than training.batch_size "
+                   f"({t.batch_size}) pairs gives none" if t.jit_compile else "")
+                + "; use more training pairs or a smaller training.batch_size"
+            ) from None
         except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
                 tf.errors.DeadlineExceededError) as err:
             if not (self.multi_worker or self.coordinated):

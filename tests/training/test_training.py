@@ -205,3 +205,8 @@ def test_a_run_compiled_with_xla_trains_on_one_batch_shape_per_length_bucket(tmp
     assert shapes <= {(config.training.batch_size, width) for width in widths} and len(shapes) > 1, shapes
     result = trainer.train()
     assert result.step == 30 and result.dev_perplexity < 0.5 * tokenizer.vocab_size, result
+    # Too few pairs to fill a batch of any bucket: no batch at all, said plainly (not a run "finished" at step 0).
+    few = Trainer(config, str(tmp_path / "few"), train_pairs[:20], dev_pairs, tokenizer, log=lambda m: None,
+                  verbose=0)
+    with pytest.raises(ConfigError, match=r"no batch: 20 pairs, and with training.jit_compile .* \(32\) pairs"):
+        few.train()
