@@ -282,14 +282,18 @@ def main(argv=None) -> int:
 
 def comparison(entry: Dict) -> Dict:
     """BLEU leads of one run: ours (the shipped weights, the config's beam) over each peer's beam, on the
-    whole dev split and on its long sentences, and our beam over our greedy search."""
+    whole dev split and on its long sentences, and our beam over our greedy search. The shipped
+    weights are ``best/``, chosen on this dev split; the peer's are its last. So the leads of our last
+    checkpoint's raw weights (``..._raw_weights``), chosen on nothing, are given too."""
     decodings = entry["ours"]["decodings"]
-    ours = decodings["shipped_beam"]
-    leads = {"beam_over_greedy": round(ours["whole"]["bleu"] - decodings["shipped_greedy"]["whole"]["bleu"], 2)}
+    leads = {"beam_over_greedy": round(decodings["shipped_beam"]["whole"]["bleu"]
+                                       - decodings["shipped_greedy"]["whole"]["bleu"], 2)}
     for peer, value in entry.get("peers", {}).items():
-        for part in ("whole", "long"):
-            if ours[part] and value["beam"][part]:
-                leads[f"{part}_lead_over_{peer}"] = round(ours[part]["bleu"] - value["beam"][part]["bleu"], 2)
+        for weights, suffix in (("shipped_beam", ""), ("raw_beam", "_raw_weights")):
+            ours = decodings.get(weights)
+            for part in ("whole", "long"):
+                if ours and ours[part] and value["beam"][part]:
+                    leads[f"{part}_lead_over_{peer}{suffix}"] = round(ours[part]["bleu"] - value["beam"][part]["bleu"], 2)
     return leads
 
 
