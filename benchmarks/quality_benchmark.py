@@ -293,7 +293,8 @@ def comparison(entry: Dict) -> Dict:
             ours = decodings.get(weights)
             for part in ("whole", "long"):
                 if ours and ours[part] and value["beam"][part]:
-                    leads[f"{part}_lead_over_{peer}{suffix}"] = round(ours[part]["bleu"] - value["beam"][part]["bleu"], 2)
+                    lead = ours[part]["bleu"] - value["beam"][part]["bleu"]
+                    leads[f"{part}_lead_over_{peer}{suffix}"] = round(lead, 2)
     return leads
 
 

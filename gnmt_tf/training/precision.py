@@ -45,9 +45,10 @@ class BFloat16Products(WeightTransform):
         return self.inner.float_kernel(kernel)
 
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
-        if self.inner.float_kernel(kernel) is None:  # int8 products: the inner transform's, columns too
+        values = self.inner.float_kernel(kernel)  # made once: under QAT it is eq. 12's fake quantization
+        if values is None:  # int8 products: the inner transform's, columns too
             return self.inner.product(x, kernel, columns)
-        return _bfloat16_product(x, self.inner.float_kernel(kernel) if columns is None else columns)
+        return _bfloat16_product(x, values if columns is None else columns)
 
     def columns(self, kernel: tf.Variable, ids: tf.Tensor):
         return self.inner.columns(kernel, ids)

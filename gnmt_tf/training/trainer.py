@@ -253,7 +253,8 @@ class Trainer:
         if path and self.weight_average is not None and not _holds(path, "weight_average"):
             # A run begun without training.average_decay and resumed with it: its checkpoint has no
             # average to restore, so the average starts at the restored weights.
-            tf.train.Checkpoint(model=self.model, optimizer=self.optimizer).restore(path).assert_existing_objects_matched()
+            without_average = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+            without_average.restore(path).assert_existing_objects_matched()
             self._start_average_at_weights()
             self.log(f"resuming from {path} at step {self.step}; its weight average starts there")
         elif path:  # delta comes back with the weights, and the anneal goes on from it
