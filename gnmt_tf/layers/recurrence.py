@@ -32,15 +32,20 @@ Step = Callable[[Any, Any], Tuple[Any, Any]]
 
 
 def masked_step(step: Step, inputs_t, state, mask_t: tf.Tensor):
-    """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] marks the real positions.
+    """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] (or [batch, 1]) marks the real
+    positions.
 
     Where ``mask_t`` is False the outputs are 0 and the state keeps its old value (the
     semantics of ``keras.backend.rnn`` with ``zero_output_for_mask``). ``inputs_t``,
     ``state`` and the outputs may be nests of [batch, ...] tensors.
     """
     outputs, new_state = step(inputs_t, state)
-    keep = tf.reshape(tf.cast(mask_t, tf.bool), [-1, 1])
-    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros_like(o)), outputs)
+    keep = tf.cast(mask_t, tf.bool)
+    if keep.shape.rank != 2:  # a loop that shapes its masks [batch, 1] up front saves this op every step
+        keep = tf.reshape(keep, [-1, 1])
+    # A scalar 0 broadcast by the select, rather than a zeros_like per output: one op fewer per
+    # output and step, in loops where the number of small ops, not their arithmetic, is the cost.
+    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros([], o.dtype)), outputs)
     new_state = tf.nest.map_structure(lambda new, old: tf.where(keep, new, old), new_state, state)
     return outputs, new_state
 
@@ -60,9 +65,8 @@ class TensorArrayLoop:
         input_arrays = tf.nest.map_structure(
             lambda x: tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
         )
-        mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(
-            tf.cast(mask_tm, tf.bool)
-        )
+        mask_tm = tf.expand_dims(tf.cast(mask_tm, tf.bool), -1)  # as masked_step reads it, once for all steps
+        mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(mask_tm)
         dtype = tf.nest.flatten(inputs_tm)[0].dtype
         output_arrays = tf.nest.map_structure(lambda _: tf.TensorArray(dtype, size=steps), output_sizes)
 
