@@ -139,13 +139,15 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     The forward pass is :func:`masked_step` of ``cell.activate`` in :data:`TENSOR_ARRAY_LOOP`, the same
     numbers as ``cell.recur`` with ``kernel`` (the recurrent kernel's values). The backward pass is
     one more masked loop, backwards in time, over what each forward step saved (its gates, the
-    unclipped cell state and the previous state: ``cell.activation_gradient``), and the kernel's gradient
-    is one product over all steps. Derived op by op, the while loop's gradient instead stacks ~30
+    unclipped cell state and the previous state), and the kernel's gradient is one product over all
+    steps. What the backward steps multiply by depends on the saved values alone, so it is computed
+    for all steps at once before the loop (``cell.gradient_coefficients``), leaving each step a few
+    ops (``cell.activation_gradient``). Derived op by op, the while loop's gradient instead stacks ~30
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
     Without a gradient (dev loss, forced scoring) the saved records are written and not read: a
-    concatenation and two more TensorArray writes per step, which searches avoid (their read-once
+    concatenation and one more TensorArray write per step, which searches avoid (their read-once
     reader takes the step-by-step path).
     """
     delta = tf.convert_to_tensor(cell.clip_delta)
@@ -157,27 +159,30 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
         def forward_step(projected_t, state):
             c_prev, m_prev = state
             m, c, parts = cell.activate(projected_t + tf.matmul(m_prev, kernel), c_prev, delta)
-            return (m, tf.concat(list(parts) + [c_prev], axis=-1), m_prev), (c, m)
+            # One record per step (a TensorArray and its loop variable fewer than one output each).
+            return (m, tf.concat(list(parts) + [c_prev, m_prev], axis=-1)), (c, m)
 
-        (outputs_tm, saved_tm, m_prev_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
-            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 6 * units, units))
+        (outputs_tm, saved_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
+            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 7 * units))
 
         def gradient(d_outputs, d_c_last, d_m_last):
             # At a real step the gradient reaching m_t is that of the output plus that of the next
             # step's state; at padding masked_step carries the state's gradient through, as the
             # forward pass carried the state, and gives the step no gradient.
             def backward_step(inputs_t, state):
-                d_output_t, saved_t = inputs_t
+                d_output_t, coefficients_t = inputs_t
                 d_c, d_m = state
-                d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, saved_t, delta)
+                d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, coefficients_t)
                 return d_z, (d_c_prev, tf.matmul(d_z, kernel_transposed))
 
             kernel_transposed = tf.transpose(kernel)
+            coefficients_tm = cell.gradient_coefficients(saved_tm[..., :6 * units], delta)  # all steps at once
+            m_prev_tm = saved_tm[..., 6 * units:]
             d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
             d_m_last = tf.zeros_like(m_last) if d_m_last is None else d_m_last
             backwards = lambda x: tf.reverse(x, [0])  # noqa: E731
             d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
-                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(saved_tm)),
+                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(coefficients_tm)),
                 backwards(mask_tm), (d_c_last, d_m_last), 4 * units)
             d_z_tm = backwards(d_z_tm)
             d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
