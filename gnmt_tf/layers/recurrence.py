@@ -8,7 +8,8 @@ through unchanged, so padding can never change a real position. Users:
 * :func:`run_lstm`: an LSTM layer over a sequence (encoder, decoder layers in teacher
   forcing), its input product hoisted out of time into one matmul (an identity), and in
   training its gradient written out (:func:`lstm_over_time`: back-propagation through time
-  is one more masked loop, backwards);
+  is one more masked loop, backwards); :func:`run_projected_lstms` runs independent layers
+  (the bi-directional layer's two directions) in one such loop;
 * the decoder's bottom layer with input feeding, whose step also attends
   (:meth:`gnmt_tf.models.decoder.GNMTDecoder.feed_bottom_step`);
 * the model-parallel wavefront (:mod:`gnmt_tf.parallel.model_parallel`), which calls
@@ -23,7 +24,7 @@ same contract, such as the TFLite exporter's loop without TensorArrays
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -132,6 +133,31 @@ def run_projected_lstm(cell, projected: tf.Tensor, mask: tf.Tensor, weights,
                          tuple(initial_state), cell.units, loop)
 
 
+def run_projected_lstms(cells: Sequence, projected: Sequence[tf.Tensor], mask: tf.Tensor, weights,
+                        loop=None) -> List[tf.Tensor]:
+    """Independent LSTM layers of one form and width over the same positions, each given its input
+    products (the bi-directional layer's two directions, section 3.2): their outputs [batch, time, units].
+
+    Where :func:`run_projected_lstm` would take the written-out path for every layer, they run as one
+    :func:`lstm_over_time` whose rows are the layers' batches one after another, each group of rows
+    multiplying by its own recurrent kernel: one time loop, forward and backward, instead of one per
+    layer (a loop's cost here is its number of small ops per step, not their arithmetic). Otherwise
+    each layer runs alone. The numbers are those of one :func:`run_projected_lstm` per layer.
+    """
+    kernels = [weights.sequence_kernel(cell.recurrent_kernel) for cell in cells] if loop is None else [None]
+    if len(cells) == 1 or any(kernel is None for kernel in kernels):
+        return [run_projected_lstm(cell, p, mask, weights, loop=loop)[0] for cell, p in zip(cells, projected)]
+    first = cells[0]
+    if any((cell.units, cell.form, cell.forget_bias) != (first.units, first.form, first.forget_bias)
+           for cell in cells):
+        raise ValueError("layers run in one loop must share their form, forget bias and width")
+    rows = len(cells) * tf.shape(projected[0])[0]
+    initial = tuple(first.get_initial_state(batch_size=rows, dtype=projected[0].dtype))
+    outputs, _ = lstm_over_time(first, tf.concat(list(projected), axis=0), tf.tile(mask, [len(cells), 1]),
+                                tf.stack([tf.convert_to_tensor(kernel) for kernel in kernels]), initial)
+    return tf.split(outputs, len(cells), axis=0)
+
+
 def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tensor, initial_state: LSTMState):
     """An LSTM layer over ``projected`` [batch, time, 4 units] (its input products) whose gradient is
     back-propagation through time written out, rather than derived op by op.
@@ -146,6 +172,9 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
+    ``kernel`` [G, units, 4 units] runs G layers of ``cell``'s form at once (:func:`run_projected_lstms`):
+    the batch is G groups of rows, group g multiplying by ``kernel[g]``.
+
     Without a gradient (dev loss, forced scoring) the saved records are written and not read: a
     concatenation and one more TensorArray write per step, which searches avoid (their read-once
     reader takes the step-by-step path).
@@ -153,12 +182,20 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     delta = tf.convert_to_tensor(cell.clip_delta)
     mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])
     units = cell.units
+    groups = kernel.shape[0] if kernel.shape.rank == 3 else None
+
+    def times(x, matrix):
+        """``x`` [rows, n] times ``matrix`` [n, k], or each group of rows times its [G, n, k] matrix."""
+        if groups is None:
+            return tf.matmul(x, matrix)
+        grouped = tf.matmul(tf.reshape(x, [groups, -1, x.shape[-1]]), matrix)
+        return tf.reshape(grouped, [-1, matrix.shape[-1]])
 
     @tf.custom_gradient
     def recurrence(projected, kernel, c_0, m_0):
         def forward_step(projected_t, state):
             c_prev, m_prev = state
-            m, c, parts = cell.activate(projected_t + tf.matmul(m_prev, kernel), c_prev, delta)
+            m, c, parts = cell.activate(projected_t + times(m_prev, kernel), c_prev, delta)
             # One record per step (a TensorArray and its loop variable fewer than one output each).
             return (m, tf.concat(list(parts) + [c_prev, m_prev], axis=-1)), (c, m)
 
@@ -173,9 +210,9 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
                 d_output_t, coefficients_t = inputs_t
                 d_c, d_m = state
                 d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, coefficients_t)
-                return d_z, (d_c_prev, tf.matmul(d_z, kernel_transposed))
+                return d_z, (d_c_prev, times(d_z, kernel_transposed))
 
-            kernel_transposed = tf.transpose(kernel)
+            kernel_transposed = tf.linalg.matrix_transpose(kernel)
             coefficients_tm = cell.gradient_coefficients(saved_tm[..., :6 * units], delta)  # all steps at once
             m_prev_tm = saved_tm[..., 6 * units:]
             d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
@@ -185,7 +222,13 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
                 backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(coefficients_tm)),
                 backwards(mask_tm), (d_c_last, d_m_last), 4 * units)
             d_z_tm = backwards(d_z_tm)
-            d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
+            if groups is None:
+                d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
+            else:  # each group's kernel: its own rows, summed over time and batch
+                def by_group(x):
+                    return tf.reshape(x, [tf.shape(x)[0], groups, -1, x.shape[-1]])
+
+                d_kernel = tf.einsum("tgbu,tgbk->guk", by_group(m_prev_tm), by_group(d_z_tm))
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
         return (_swap_batch_time(outputs_tm), c_last, m_last), gradient
