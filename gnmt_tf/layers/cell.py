@@ -131,42 +131,30 @@ class GNMTLSTMCell(keras.layers.Layer):
         m = c * output_gate if self.form == "paper" else output_gate * tf.tanh(c)
         return m, c, (input_gate, candidate, forget_gate, output_gate, unclipped)
 
-    def gradient_coefficients(self, saved: tf.Tensor, delta) -> tf.Tensor:
-        """What the gradient of :meth:`activate` multiplies by, for any number of steps at once.
+    def activation_gradient(self, d_m: tf.Tensor, d_c: tf.Tensor, saved: tf.Tensor, delta):
+        """The gradient of :meth:`activate`: from dL/dm_t and dL/dc_t to ``(dL/dz, dL/dc_{t-1})``.
 
-        ``saved`` [..., 6 units]: the ``parts`` :meth:`activate` returned with m_t and ``c_{t-1}``,
-        concatenated in that order. Returns [..., 6 units] for :meth:`activation_gradient`:
-        ``[a_i, a_j, a_f, a_o, g, k]`` with, for ``u = dL/dc_t + g dL/dm_t`` (g = dm_t/dc_t),
-        ``dL/dz = [u a_i, u a_j, u a_f, dL/dm_t a_o]`` and ``dL/dc_{t-1} = u k``. Eq. 10's clip
-        passes the gradient where the unclipped state lies in [-delta, delta] (as
-        ``tf.clip_by_value``'s gradient does), so the coefficients of ``u`` are 0 where it cut.
-
-        Everything here is elementwise in the saved values, none of it in the gradient flowing back:
-        computed over a whole sequence, it takes these ops out of the backward loop's every step.
+        ``saved`` [batch, 6 units]: the ``parts`` :meth:`activate` returned with m_t and ``c_{t-1}``,
+        concatenated in that order. Eq. 10's clip passes the gradient where
+        the unclipped state lies in [-delta, delta], as ``tf.clip_by_value``'s gradient does.
         """
         input_gate, candidate, forget_gate, output_gate, unclipped, c_prev = tf.split(saved, 6, axis=-1)
         c = clip(unclipped, delta)
-        passes = tf.cast(tf.abs(unclipped) <= tf.cast(delta, unclipped.dtype), unclipped.dtype)
         if self.form == "paper":  # m = c * o
-            d_m_d_c, d_m_d_o = output_gate, c
+            d_o = d_m * c
+            d_c = d_c + d_m * output_gate
         else:  # m = o * tanh(c)
             tanh_c = tf.tanh(c)
-            d_m_d_c, d_m_d_o = output_gate * (1.0 - tanh_c * tanh_c), tanh_c
-        return tf.concat([
-            passes * candidate * input_gate * (1.0 - input_gate),  # sigmoid' of z_i
-            passes * input_gate * (1.0 - candidate * candidate),  # tanh' of z_j
-            passes * c_prev * forget_gate * (1.0 - forget_gate),  # sigmoid' of z_f
-            d_m_d_o * output_gate * (1.0 - output_gate),  # sigmoid' of z_o
-            d_m_d_c,
-            passes * forget_gate,
+            d_o = d_m * tanh_c
+            d_c = d_c + tf.raw_ops.TanhGrad(y=tanh_c, dy=d_m * output_gate)
+        d_unclipped = tf.where(tf.abs(unclipped) <= tf.cast(delta, unclipped.dtype), d_c, tf.zeros_like(d_c))
+        d_z = tf.concat([
+            tf.raw_ops.SigmoidGrad(y=input_gate, dy=d_unclipped * candidate),
+            tf.raw_ops.TanhGrad(y=candidate, dy=d_unclipped * input_gate),
+            tf.raw_ops.SigmoidGrad(y=forget_gate, dy=d_unclipped * c_prev),
+            tf.raw_ops.SigmoidGrad(y=output_gate, dy=d_o),
         ], axis=-1)
-
-    def activation_gradient(self, d_m: tf.Tensor, d_c: tf.Tensor, coefficients: tf.Tensor):
-        """The gradient of :meth:`activate` at one step: from dL/dm_t and dL/dc_t to ``(dL/dz, dL/dc_{t-1})``,
-        given that step's :meth:`gradient_coefficients` [batch, 6 units]."""
-        gates, d_m_d_c, carry = tf.split(coefficients, [4 * self.units, self.units, self.units], axis=-1)
-        u = d_c + d_m * d_m_d_c
-        return tf.concat([u, u, u, d_m], axis=-1) * gates, u * carry
+        return d_z, d_unclipped * forget_gate
 
     def call(self, inputs, states, weights: WeightReader = FLOAT_READER):
         return self.recur(self.project_inputs(inputs, weights), tuple(states), weights)

@@ -8,8 +8,7 @@ through unchanged, so padding can never change a real position. Users:
 * :func:`run_lstm`: an LSTM layer over a sequence (encoder, decoder layers in teacher
   forcing), its input product hoisted out of time into one matmul (an identity), and in
   training its gradient written out (:func:`lstm_over_time`: back-propagation through time
-  is one more masked loop, backwards); :func:`run_projected_lstms` runs independent layers
-  (the bi-directional layer's two directions) in one such loop;
+  is one more masked loop, backwards);
 * the decoder's bottom layer with input feeding, whose step also attends
   (:meth:`gnmt_tf.models.decoder.GNMTDecoder.feed_bottom_step`);
 * the model-parallel wavefront (:mod:`gnmt_tf.parallel.model_parallel`), which calls
@@ -24,7 +23,7 @@ same contract, such as the TFLite exporter's loop without TensorArrays
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import tensorflow as tf
 
@@ -33,20 +32,15 @@ Step = Callable[[Any, Any], Tuple[Any, Any]]
 
 
 def masked_step(step: Step, inputs_t, state, mask_t: tf.Tensor):
-    """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] (or [batch, 1]) marks the real
-    positions.
+    """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] marks the real positions.
 
     Where ``mask_t`` is False the outputs are 0 and the state keeps its old value (the
     semantics of ``keras.backend.rnn`` with ``zero_output_for_mask``). ``inputs_t``,
     ``state`` and the outputs may be nests of [batch, ...] tensors.
     """
     outputs, new_state = step(inputs_t, state)
-    keep = tf.cast(mask_t, tf.bool)
-    if keep.shape.rank != 2:  # a loop that shapes its masks [batch, 1] up front saves this op every step
-        keep = tf.reshape(keep, [-1, 1])
-    # A scalar 0 broadcast by the select, rather than a zeros_like per output: one op fewer per
-    # output and step, in loops where the number of small ops, not their arithmetic, is the cost.
-    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros([], o.dtype)), outputs)
+    keep = tf.reshape(tf.cast(mask_t, tf.bool), [-1, 1])
+    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros_like(o)), outputs)
     new_state = tf.nest.map_structure(lambda new, old: tf.where(keep, new, old), new_state, state)
     return outputs, new_state
 
@@ -66,8 +60,9 @@ class TensorArrayLoop:
         input_arrays = tf.nest.map_structure(
             lambda x: tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
         )
-        mask_tm = tf.expand_dims(tf.cast(mask_tm, tf.bool), -1)  # as masked_step reads it, once for all steps
-        mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(mask_tm)
+        mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(
+            tf.cast(mask_tm, tf.bool)
+        )
         dtype = tf.nest.flatten(inputs_tm)[0].dtype
         output_arrays = tf.nest.map_structure(lambda _: tf.TensorArray(dtype, size=steps), output_sizes)
 
@@ -133,31 +128,6 @@ def run_projected_lstm(cell, projected: tf.Tensor, mask: tf.Tensor, weights,
                          tuple(initial_state), cell.units, loop)
 
 
-def run_projected_lstms(cells: Sequence, projected: Sequence[tf.Tensor], mask: tf.Tensor, weights,
-                        loop=None) -> List[tf.Tensor]:
-    """Independent LSTM layers of one form and width over the same positions, each given its input
-    products (the bi-directional layer's two directions, section 3.2): their outputs [batch, time, units].
-
-    Where :func:`run_projected_lstm` would take the written-out path for every layer, they run as one
-    :func:`lstm_over_time` whose rows are the layers' batches one after another, each group of rows
-    multiplying by its own recurrent kernel: one time loop, forward and backward, instead of one per
-    layer (a loop's cost here is its number of small ops per step, not their arithmetic). Otherwise
-    each layer runs alone. The numbers are those of one :func:`run_projected_lstm` per layer.
-    """
-    kernels = [weights.sequence_kernel(cell.recurrent_kernel) for cell in cells] if loop is None else [None]
-    if len(cells) == 1 or any(kernel is None for kernel in kernels):
-        return [run_projected_lstm(cell, p, mask, weights, loop=loop)[0] for cell, p in zip(cells, projected)]
-    first = cells[0]
-    if any((cell.units, cell.form, cell.forget_bias) != (first.units, first.form, first.forget_bias)
-           for cell in cells):
-        raise ValueError("layers run in one loop must share their form, forget bias and width")
-    rows = len(cells) * tf.shape(projected[0])[0]
-    initial = tuple(first.get_initial_state(batch_size=rows, dtype=projected[0].dtype))
-    outputs, _ = lstm_over_time(first, tf.concat(list(projected), axis=0), tf.tile(mask, [len(cells), 1]),
-                                tf.stack([tf.convert_to_tensor(kernel) for kernel in kernels]), initial)
-    return tf.split(outputs, len(cells), axis=0)
-
-
 def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tensor, initial_state: LSTMState):
     """An LSTM layer over ``projected`` [batch, time, 4 units] (its input products) whose gradient is
     back-propagation through time written out, rather than derived op by op.
@@ -165,70 +135,48 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     The forward pass is :func:`masked_step` of ``cell.activate`` in :data:`TENSOR_ARRAY_LOOP`, the same
     numbers as ``cell.recur`` with ``kernel`` (the recurrent kernel's values). The backward pass is
     one more masked loop, backwards in time, over what each forward step saved (its gates, the
-    unclipped cell state and the previous state), and the kernel's gradient is one product over all
-    steps. What the backward steps multiply by depends on the saved values alone, so it is computed
-    for all steps at once before the loop (``cell.gradient_coefficients``), leaving each step a few
-    ops (``cell.activation_gradient``). Derived op by op, the while loop's gradient instead stacks ~30
+    unclipped cell state and the previous state: ``cell.activation_gradient``), and the kernel's gradient
+    is one product over all steps. Derived op by op, the while loop's gradient instead stacks ~30
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
-    ``kernel`` [G, units, 4 units] runs G layers of ``cell``'s form at once (:func:`run_projected_lstms`):
-    the batch is G groups of rows, group g multiplying by ``kernel[g]``.
-
     Without a gradient (dev loss, forced scoring) the saved records are written and not read: a
-    concatenation and one more TensorArray write per step, which searches avoid (their read-once
+    concatenation and two more TensorArray writes per step, which searches avoid (their read-once
     reader takes the step-by-step path).
     """
     delta = tf.convert_to_tensor(cell.clip_delta)
     mask_tm = tf.transpose(tf.cast(mask, tf.bool), [1, 0])
     units = cell.units
-    groups = kernel.shape[0] if kernel.shape.rank == 3 else None
-
-    def times(x, matrix):
-        """``x`` [rows, n] times ``matrix`` [n, k], or each group of rows times its [G, n, k] matrix."""
-        if groups is None:
-            return tf.matmul(x, matrix)
-        grouped = tf.matmul(tf.reshape(x, [groups, -1, x.shape[-1]]), matrix)
-        return tf.reshape(grouped, [-1, matrix.shape[-1]])
 
     @tf.custom_gradient
     def recurrence(projected, kernel, c_0, m_0):
         def forward_step(projected_t, state):
             c_prev, m_prev = state
-            m, c, parts = cell.activate(projected_t + times(m_prev, kernel), c_prev, delta)
-            # One record per step (a TensorArray and its loop variable fewer than one output each).
-            return (m, tf.concat(list(parts) + [c_prev, m_prev], axis=-1)), (c, m)
+            m, c, parts = cell.activate(projected_t + tf.matmul(m_prev, kernel), c_prev, delta)
+            return (m, tf.concat(list(parts) + [c_prev], axis=-1), m_prev), (c, m)
 
-        (outputs_tm, saved_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
-            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 7 * units))
+        (outputs_tm, saved_tm, m_prev_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
+            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 6 * units, units))
 
         def gradient(d_outputs, d_c_last, d_m_last):
             # At a real step the gradient reaching m_t is that of the output plus that of the next
             # step's state; at padding masked_step carries the state's gradient through, as the
             # forward pass carried the state, and gives the step no gradient.
             def backward_step(inputs_t, state):
-                d_output_t, coefficients_t = inputs_t
+                d_output_t, saved_t = inputs_t
                 d_c, d_m = state
-                d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, coefficients_t)
-                return d_z, (d_c_prev, times(d_z, kernel_transposed))
+                d_z, d_c_prev = cell.activation_gradient(d_output_t + d_m, d_c, saved_t, delta)
+                return d_z, (d_c_prev, tf.matmul(d_z, kernel_transposed))
 
-            kernel_transposed = tf.linalg.matrix_transpose(kernel)
-            coefficients_tm = cell.gradient_coefficients(saved_tm[..., :6 * units], delta)  # all steps at once
-            m_prev_tm = saved_tm[..., 6 * units:]
+            kernel_transposed = tf.transpose(kernel)
             d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
             d_m_last = tf.zeros_like(m_last) if d_m_last is None else d_m_last
             backwards = lambda x: tf.reverse(x, [0])  # noqa: E731
             d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
-                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(coefficients_tm)),
+                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(saved_tm)),
                 backwards(mask_tm), (d_c_last, d_m_last), 4 * units)
             d_z_tm = backwards(d_z_tm)
-            if groups is None:
-                d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
-            else:  # each group's kernel: its own rows, summed over time and batch
-                def by_group(x):
-                    return tf.reshape(x, [tf.shape(x)[0], groups, -1, x.shape[-1]])
-
-                d_kernel = tf.einsum("tgbu,tgbk->guk", by_group(m_prev_tm), by_group(d_z_tm))
+            d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
         return (_swap_batch_time(outputs_tm), c_last, m_last), gradient

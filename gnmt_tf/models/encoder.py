@@ -15,7 +15,7 @@ import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.layers.recurrence import run_projected_lstms
+from gnmt_tf.layers.recurrence import run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer
 from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
@@ -78,12 +78,10 @@ class GNMTEncoder(keras.layers.Layer):
         """Layer 1: embedded source -> the two directions' outputs concatenated (fig. 3)."""
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         x = self.input_dropout(embedded, training=training)
+        forward, _ = run_lstm(self.forward_cell, x, mask, weights, loop=time_loop)
         # Reverse only the real tokens of each sentence so that right-padding
         # stays at the end and cannot reach the backward LSTM's real outputs.
         reversed_x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-        cells = (self.forward_cell, self.backward_cell)
-        forward, backward = run_projected_lstms(  # the two directions in one loop where they can be
-            cells, [cell.project_inputs(inputs, weights) for cell, inputs in zip(cells, (x, reversed_x))], mask,
-            weights, loop=time_loop)
+        backward, _ = run_lstm(self.backward_cell, reversed_x, mask, weights, loop=time_loop)
         backward = tf.reverse_sequence(backward, lengths, seq_axis=1, batch_axis=0)
         return tf.concat([forward, backward], axis=-1)  # fig. 3

@@ -5,8 +5,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.recurrence import (TENSOR_ARRAY_LOOP, masked_step, run_lstm, run_over_time, run_projected_lstm,
-                                      run_projected_lstms)
+from gnmt_tf.layers.recurrence import TENSOR_ARRAY_LOOP, masked_step, run_lstm, run_over_time
 from gnmt_tf.layers.stack import ResidualLSTMStack
 from gnmt_tf.layers.weights import FLOAT_READER
 from numpy_gnmt import cell_weights, lstm_step
@@ -105,45 +104,6 @@ def test_the_written_out_gradient_of_a_layer_equals_the_one_derived_op_by_op(for
     # The clip of eq. 10 cut some cell states, so its gradient mask was exercised.
     c = results["derived"][0][1].numpy()
     assert np.sum(np.isclose(np.abs(c), delta)) > 0
-
-
-@pytest.mark.parametrize("form, forget_bias", [("paper", 0.0), ("standard", 1.0)])
-def test_layers_run_in_one_loop_equal_each_layer_run_alone(form, forget_bias):
-    """The bi-directional layer's directions share one written-out loop (``run_projected_lstms``); the
-    reference is each layer in its own step-by-step loop, with TensorFlow's own gradient."""
-    delta = 0.6
-    cells = [make_cell(units=8, input_dim=5, form=form, forget_bias=forget_bias, scale=1.5, delta=delta, seed=seed)
-             for seed in (5, 6)]
-    rng = np.random.default_rng(7)
-    xs = [tf.constant(rng.normal(0, 2.0, size=(3, 9, 5)).astype(np.float32)) for _ in cells]
-    mask = tf.constant(np.array([[1] * 9, [1] * 5 + [0] * 4, [0, 1, 1, 0, 1, 1, 1, 0, 1]]) > 0)
-    upstream = [tf.constant(rng.normal(size=(3, 9, 8)).astype(np.float32)) for _ in cells]
-    weights = [w for cell in cells for w in cell.trainable_weights]
-    results = {}
-    for name in ("one loop", "alone"):
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            projected = [cell.project_inputs(x, FLOAT_READER) for cell, x in zip(cells, xs)]
-            if name == "one loop":
-                outputs = run_projected_lstms(cells, projected, mask, FLOAT_READER)
-            else:
-                outputs = [run_projected_lstm(cell, p, mask, FLOAT_READER, loop=TENSOR_ARRAY_LOOP)[0]
-                           for cell, p in zip(cells, projected)]
-            loss = sum(tf.reduce_sum(y * u) for y, u in zip(outputs, upstream))
-        results[name] = (outputs, tape.gradient(loss, [*xs, *weights]))
-    for ours, reference in zip(results["one loop"][0], results["alone"][0]):
-        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
-    for ours, reference in zip(results["one loop"][1], results["alone"][1]):
-        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
-    # The two layers differ, so a loop that multiplied both groups by one kernel would fail above.
-    assert not np.allclose(results["alone"][0][0].numpy(), results["alone"][0][1].numpy())
-
-
-def test_layers_of_different_widths_cannot_share_a_loop():
-    cells = [make_cell(units=8, input_dim=5, form="paper"), make_cell(units=6, input_dim=5, form="paper")]
-    projected = [tf.zeros([2, 3, 4 * cell.units]) for cell in cells]
-    with pytest.raises(ValueError, match="share their form, forget bias and width"):
-        run_projected_lstms(cells, projected, tf.ones([2, 3], tf.bool), FLOAT_READER)
 
 
 def stack_reference(stack, xs, delta):
