@@ -3,6 +3,7 @@
     python benchmarks/quality_benchmark.py --minutes 10 30 60          # ours and both peers, one after another
     python benchmarks/quality_benchmark.py --minutes 10 --peers none --set training.label_smoothing=0.1 --tag smoothing
     python benchmarks/quality_benchmark.py --minutes 10 --no-ours --peers lstm --peer-env LR=0.002 --tag lr0.002
+    python benchmarks/quality_benchmark.py --minutes 60 --no-ours --peers none --tag lr0.002 --compare-with default
 
 For each number of minutes it trains the default config (``python -m gnmt_tf.train``: the built-in
 English->French catalogs and their dev split) and each peer through
@@ -23,6 +24,12 @@ source-length bucket. Ours is decoded with the config's beam search and greedily
 weights (``best/``: the weight average the run keeps) and from the raw weights of its last
 checkpoint, and from the average of its last checkpoints (``python -m gnmt_tf.average``), all through
 :func:`gnmt_tf.inference.evaluation.evaluate`, the code behind ``python -m gnmt_tf.evaluate``.
+
+``--compare-with TAG [TAG ...]`` compares a run with the recorded runs of those tags at the same minutes
+and threads: what this run lacks (ours, or a peer) is taken from them, e.g. a peer trained alone
+against ours from another day. With ``--no-ours --peers none`` nothing is trained: the comparison of
+the recorded run of ``--tag`` is computed again. Such a comparison is not of one sitting, and the
+entry names the runs it used (``compared_with``).
 
 Writes ``benchmarks/results/quality.json`` (``--output``); each run is recorded with its settings,
 steps, tokens/s and the machine's load average.
@@ -236,6 +243,10 @@ def main(argv=None) -> int:
     parser.add_argument("--reuse-ours", action="store_true",
                         help="score our model of this tag and minutes as an earlier run left it (it finished "
                              "training, and a peer failed) instead of training it again")
+    parser.add_argument("--compare-with", nargs="+", default=[], metavar="TAG",
+                        help="compare with the recorded runs of these tags at the same minutes and threads, taking "
+                             "ours or a peer from them where this run has none; with --no-ours --peers none, "
+                             "train nothing and compare the recorded run of --tag again")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "quality_benchmark"))
     parser.add_argument("--output", default=os.path.join(HERE, "results", "quality.json"))
     parser.add_argument("--evaluate-worker", default=None, help=argparse.SUPPRESS)
@@ -245,6 +256,10 @@ def main(argv=None) -> int:
         return 0
     peers = [] if "none" in args.peers else args.peers
     peer_env = dict(setting.split("=", 1) for setting in args.peer_env)
+    if args.no_ours and not peers:
+        if not args.compare_with:
+            parser.error("--no-ours with --peers none trains nothing: give --compare-with TAG to compare a recorded run")
+        return compare_recorded(args.output, args.tag, args.minutes, args.threads, args.compare_with)
     os.makedirs(args.workdir, exist_ok=True)
     train_tsv, dev_tsv = write_split(args.workdir, args.overrides)
     results = _load(args.output)
@@ -272,7 +287,10 @@ def main(argv=None) -> int:
             entry.setdefault("peers", {})[peer] = run_peer(peer, peer_env, train_tsv, dev_tsv, out, minutes,
                                                             args.threads)
             _record(args.output, results, key, entry)
-        if "ours" in entry and peers:
+        if args.compare_with:
+            entry["compared_with"] = args.compare_with
+            entry["comparison"] = cross_comparison(entry, results, args.compare_with)
+        elif "ours" in entry and peers:
             entry["comparison"] = comparison(entry)
         entry["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
         _record(args.output, results, key, entry)
@@ -296,6 +314,49 @@ def comparison(entry: Dict) -> Dict:
                     lead = ours[part]["bleu"] - value["beam"][part]["bleu"]
                     leads[f"{part}_lead_over_{peer}{suffix}"] = round(lead, 2)
     return leads
+
+
+def cross_comparison(entry: Dict, results: Dict, tags: Sequence[str]) -> Dict:
+    """:func:`comparison` of ``entry`` where its ours or its peers come from the recorded runs of
+    ``tags`` at its minutes and threads: a peer trained alone against ours from another day, or ours
+    alone against the peers of other days. Only the side ``entry`` lacks is borrowed, so a figure
+    already in another entry (its beam over greedy, a lead over a peer it did not run) is not repeated."""
+    others = [_recorded(results, tag, entry["minutes"], entry["threads"]) for tag in tags]
+    ours = entry.get("ours") or next((other["ours"] for other in others if "ours" in other), None)
+    peers = dict(entry.get("peers", {}))
+    if not peers:
+        for other in others:
+            for peer, value in other.get("peers", {}).items():
+                peers.setdefault(peer, value)
+    if ours is None or not peers:
+        raise SystemExit(f"nothing to compare: the runs of tags {[entry['tag'], *tags]} at {entry['minutes']:g} "
+                         f"minutes have {'no ours' if ours is None else 'no peer'}")
+    leads = comparison({"ours": ours, "peers": peers})
+    if "ours" not in entry:
+        del leads["beam_over_greedy"]  # the borrowed run's own figure, recorded with it
+    return leads
+
+
+def compare_recorded(path: str, tag: str, minutes_list: Sequence[float], threads: int,
+                     tags: Sequence[str]) -> int:
+    """Compute again the comparison of the recorded runs of ``tag`` against those of ``tags``; trains nothing."""
+    results = _load(path)
+    for minutes in minutes_list:
+        entry = _recorded(results, tag, minutes, threads)
+        entry["compared_with"] = list(tags)
+        entry["comparison"] = cross_comparison(entry, results, tags)
+        _save(path, results)
+        _print(entry)
+    return 0
+
+
+def _recorded(results: Dict, tag: str, minutes: float, threads: int) -> Dict:
+    found = [run for run in results["runs"]
+             if run["tag"] == tag and run["minutes"] == minutes and run["threads"] == threads]
+    if len(found) != 1:
+        raise SystemExit(f"{len(found)} recorded runs of tag {tag!r} at {minutes:g} minutes and {threads} "
+                         f"thread(s) in the results; need exactly one")
+    return found[0]
 
 
 def _record(path: str, results: Dict, key, entry: Dict) -> None:

@@ -19,3 +19,48 @@ def test_leads_are_ours_shipped_beam_minus_each_peer_on_each_part_and_beam_minus
         "whole_lead_over_transformer": -3.58,  # a peer ahead gives a negative lead; no long part, no long lead
         "whole_lead_over_transformer_raw_weights": -5.0,
     }
+
+
+def _run(tag, ours=None, peers=None, minutes=60.0, threads=2):
+    run = {"tag": tag, "minutes": minutes, "threads": threads}
+    if ours is not None:
+        run["ours"] = {"decodings": {"shipped_beam": _scores(*ours[0]), "shipped_greedy": _scores(*ours[1])}}
+    if peers is not None:
+        run["peers"] = {peer: {"beam": _scores(*value)} for peer, value in peers.items()}
+    return run
+
+
+def test_a_peer_run_alone_is_compared_with_ours_of_another_tag_and_only_with_its_own_peer():
+    tool = load_benchmark("quality_benchmark")
+    ours_day1 = _run("day1", ours=((50.0, 30.0), (48.0, 27.0)), peers={"lstm": (47.0, 29.0)})
+    transformer_day2 = _run("day2", peers={"transformer": (43.5, 23.25)})
+    other_minutes = _run("day1", ours=((1.0, 1.0), (1.0, 1.0)), minutes=30.0)
+    results = {"runs": [ours_day1, other_minutes, transformer_day2]}
+    # The lstm leads and beam-over-greedy belong to day1's own entry: not repeated in day2's.
+    assert tool.cross_comparison(transformer_day2, results, ["day1"]) == {
+        "whole_lead_over_transformer": 6.5, "long_lead_over_transformer": 6.75}
+
+
+def test_ours_alone_is_compared_with_the_peers_of_every_tag_given_first_tag_first():
+    tool = load_benchmark("quality_benchmark")
+    results = {"runs": [_run("a", peers={"lstm": (40.0, 20.0)}), _run("b", peers={"lstm": (1.0, 1.0),
+                                                                                "transformer": (30.0, 10.0)})]}
+    ours = _run("mine", ours=((45.0, 25.0), (44.0, 24.0)))
+    assert tool.cross_comparison(ours, results, ["a", "b"]) == {
+        "beam_over_greedy": 1.0, "whole_lead_over_lstm": 5.0, "long_lead_over_lstm": 5.0,
+        "whole_lead_over_transformer": 15.0, "long_lead_over_transformer": 15.0}
+
+
+def test_a_tag_recorded_twice_or_not_at_all_or_with_nothing_to_compare_stops_with_a_message():
+    tool = load_benchmark("quality_benchmark")
+    peer = _run("p", peers={"lstm": (40.0, 20.0)})
+    twice = {"runs": [peer, _run("x", ours=((1.0, 1.0), (1.0, 1.0))), _run("x", ours=((2.0, 2.0), (2.0, 2.0)))]}
+    for results, tags, message in ((twice, ["x"], "2 recorded runs of tag 'x'"),
+                                   ({"runs": [peer]}, ["y"], "0 recorded runs of tag 'y'"),
+                                   ({"runs": [peer, _run("q", peers={"lstm": (1.0, 1.0)})]}, ["q"], "no ours")):
+        try:
+            tool.cross_comparison(peer, results, tags)
+        except SystemExit as stop:
+            assert message in str(stop), stop
+        else:
+            raise AssertionError(f"compared {tags} without stopping")
