@@ -64,6 +64,19 @@ def test_batching_does_not_change_translations(translator):
     assert together == one_by_one
 
 
+def test_each_compiled_piece_traces_once_whatever_the_batch_and_sentence_lengths(translator):
+    """Batches of other sizes and lengths reuse the traces (their signatures leave both dimensions
+    free). A new Translator on new weights traces its own once: that is what TensorFlow's "frequent
+    retracing" notice counts when one process scores several checkpoints, not a trace per batch."""
+    for batch in (["one"], ["two three four five six", "seven"], ["eight nine"] * 7, ["zero"] * 3):
+        translator.translate(batch)
+        translator.greedy(batch)
+    compiled = translator.module._compiled
+    assert ("preprocess",) in compiled and len(compiled) >= 3
+    assert {key: function.experimental_get_tracing_count() for key, function in compiled.items()} == {
+        key: 1 for key in compiled}
+
+
 def test_concurrent_batches_translate_as_one_batch_after_another(translator):
     """Batches in flight together give each sentence what the sequential loop gives it, in input order.
 
