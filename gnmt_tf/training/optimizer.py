@@ -4,6 +4,11 @@
 The phase is a function of the optimizer's own step counter, which every
 checkpoint saves, so a resumed run is in the same phase with the same Adam
 moments. Gradients are clipped to a global norm of 5.0 (``global_clipnorm``).
+
+Each phase updates a variable with TensorFlow's fused kernel (``ResourceApplyAdam``,
+``ResourceApplyGradientDescent``; the ops Keras' legacy optimizers use): one pass over the
+variable and its moments instead of the dozen element-wise ops of Keras' Adam, whose update
+(Kingma & Ba's, as Keras writes it) the kernel computes with the same formula.
 """
 
 from __future__ import annotations
@@ -43,16 +48,32 @@ class AdamThenSGD(keras.optimizers.Adam):
         return self.iterations < self.adam_steps
 
     def update_step(self, gradient, variable):
+        lr = tf.cast(self.learning_rate, variable.dtype)
+
         def adam_update():
-            keras.optimizers.Adam.update_step(self, gradient, variable)
+            if self.amsgrad or self.adaptive_epsilon:  # not what the kernel computes: Keras' own ops
+                keras.optimizers.Adam.update_step(self, gradient, variable)
+                return tf.constant(True)
+            index = self._index_dict[self._var_key(variable)]
+            step = tf.cast(self.iterations + 1, variable.dtype)
+            beta_1 = tf.cast(self.beta_1, variable.dtype)
+            beta_2 = tf.cast(self.beta_2, variable.dtype)
+            # Adam decays every row's moments, so its update is dense however sparse the gradient
+            # (Keras' own sparse branch is dense too); SGD's below is not.
+            dense_gradient = tf.convert_to_tensor(gradient)
+            tf.raw_ops.ResourceApplyAdam(
+                var=variable.handle, m=self._momentums[index].handle, v=self._velocities[index].handle,
+                beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=lr,
+                beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, variable.dtype),
+                grad=dense_gradient, use_locking=False)
             return tf.constant(True)
 
         def sgd_update():
-            lr = tf.cast(self.learning_rate, variable.dtype)
             if isinstance(gradient, tf.IndexedSlices):
                 variable.scatter_sub(tf.IndexedSlices(gradient.values * lr, gradient.indices))
             else:
-                variable.assign_sub(lr * gradient)
+                tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=lr, delta=gradient,
+                                                        use_locking=False)
             return tf.constant(False)
 
         tf.cond(self.in_adam_phase(), adam_update, sgd_update)

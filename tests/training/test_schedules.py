@@ -66,6 +66,43 @@ def test_optimizer_switches_from_adam_to_sgd_at_the_configured_step():
     assert int(optimizer.iterations) == 7
 
 
+def test_adam_phase_is_kingma_and_ba_as_keras_writes_it_for_dense_and_sparse_gradients():
+    """The fused kernel's update against a NumPy re-derivation of Keras' Adam, five steps, on a dense
+    variable and an embedding-like one whose gradient is IndexedSlices (with a repeated row: the
+    slices add up). Every row's moments decay, touched or not: row 0, touched at the first step
+    only, keeps moving."""
+    import tf_keras as keras
+
+    rate, beta_1, beta_2, epsilon = 0.01, 0.9, 0.999, 1e-7
+    optimizer = AdamThenSGD(GNMTLearningRate(rate, 100, 0.5, 1000, 1, 0), adam_steps=100, global_clipnorm=1e6)
+    keras_adam = keras.optimizers.Adam(rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
+    rng = np.random.default_rng(3)
+    start_dense, start_table = rng.normal(size=(3, 4)), rng.normal(size=(5, 2))
+    dense, table = tf.Variable(start_dense, dtype=tf.float32), tf.Variable(start_table, dtype=tf.float32)
+    keras_dense, keras_table = tf.Variable(start_dense, dtype=tf.float32), tf.Variable(start_table, dtype=tf.float32)
+    expected = [start_dense.copy(), start_table.copy()]
+    moments = [[np.zeros_like(x), np.zeros_like(x)] for x in expected]
+    for step in range(1, 6):
+        dense_gradient = rng.normal(size=(3, 4))
+        rows, values = np.array([0, 3, 0] if step == 1 else [2, 3, 2]), rng.normal(size=(3, 2))
+        table_gradient = np.zeros((5, 2))
+        np.add.at(table_gradient, rows, values)
+        sparse = tf.IndexedSlices(tf.constant(values, tf.float32), tf.constant(rows), tf.constant([5, 2]))
+        optimizer.apply_gradients([(tf.constant(dense_gradient, tf.float32), dense), (sparse, table)])
+        keras_adam.apply_gradients([(tf.constant(dense_gradient, tf.float32), keras_dense), (sparse, keras_table)])
+        alpha = rate * np.sqrt(1 - beta_2 ** step) / (1 - beta_1 ** step)
+        for i, gradient in enumerate((dense_gradient, table_gradient)):
+            m, v = moments[i]
+            m += (gradient - m) * (1 - beta_1)
+            v += (gradient ** 2 - v) * (1 - beta_2)
+            expected[i] -= m * alpha / (np.sqrt(v) + epsilon)
+    for variable, keras_variable, value in zip((dense, table), (keras_dense, keras_table), expected):
+        np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(variable.numpy(), keras_variable.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(optimizer._momentums[1].numpy(), moments[1][0], rtol=1e-5, atol=1e-7)
+    assert np.all(moments[1][0][0] != 0) and np.all(moments[1][0][1] == 0)  # row 0: touched once, still moving
+
+
 def test_gradients_are_clipped_to_global_norm_five():
     optimizer = AdamThenSGD(GNMTLearningRate(0.1, 0, 1.0, 100, 1, 0), adam_steps=0, global_clipnorm=5.0)
     a, b = tf.Variable([0.0, 0.0]), tf.Variable([0.0])
