@@ -55,7 +55,10 @@ class TensorArrayLoop:
     that must allocate their outputs up front; this one does not need it.
     """
 
-    def __call__(self, step: Step, inputs_tm, mask_tm: tf.Tensor, initial_state, output_sizes):
+    def __call__(self, step: Step, inputs_tm, mask_tm: tf.Tensor, initial_state, output_sizes,
+                 backwards: bool = False):
+        """``backwards``: run t = time-1 .. 0 instead (back-propagation through time), reading and
+        writing position t, so the outputs are in the inputs' order and nothing is reversed."""
         steps = tf.shape(mask_tm)[0]
         input_arrays = tf.nest.map_structure(
             lambda x: tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
@@ -66,11 +69,12 @@ class TensorArrayLoop:
         dtype = tf.nest.flatten(inputs_tm)[0].dtype
         output_arrays = tf.nest.map_structure(lambda _: tf.TensorArray(dtype, size=steps), output_sizes)
 
-        def body(t, state, output_arrays):
+        def body(i, state, output_arrays):
+            t = steps - 1 - i if backwards else i
             inputs_t = tf.nest.map_structure(lambda array: array.read(t), input_arrays)
             outputs, state = masked_step(step, inputs_t, state, mask_array.read(t))
             output_arrays = tf.nest.map_structure(lambda array, o: array.write(t, o), output_arrays, outputs)
-            return t + 1, state, output_arrays
+            return i + 1, state, output_arrays
 
         _, final_state, output_arrays = tf.while_loop(
             lambda t, *_: t < steps, body, (tf.constant(0), initial_state, output_arrays), maximum_iterations=steps
@@ -171,11 +175,9 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
             kernel_transposed = tf.transpose(kernel)
             d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
             d_m_last = tf.zeros_like(m_last) if d_m_last is None else d_m_last
-            backwards = lambda x: tf.reverse(x, [0])  # noqa: E731
             d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
-                backward_step, (backwards(_swap_batch_time(d_outputs)), backwards(saved_tm)),
-                backwards(mask_tm), (d_c_last, d_m_last), 4 * units)
-            d_z_tm = backwards(d_z_tm)
+                backward_step, (_swap_batch_time(d_outputs), saved_tm), mask_tm, (d_c_last, d_m_last), 4 * units,
+                backwards=True)
             d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
