@@ -178,7 +178,10 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
             d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
                 backward_step, (_swap_batch_time(d_outputs), saved_tm), mask_tm, (d_c_last, d_m_last), 4 * units,
                 backwards=True)
-            d_kernel = tf.tensordot(m_prev_tm, d_z_tm, axes=[[0, 1], [0, 1]])  # sum over time and batch
+            # Summed over time and batch: one product of [time x batch, units]^T and [time x batch, 4 units],
+            # the transpose left to the product (tensordot would transpose m_prev_tm in memory first).
+            d_kernel = tf.matmul(tf.reshape(m_prev_tm, [-1, units]), tf.reshape(d_z_tm, [-1, 4 * units]),
+                                 transpose_a=True)
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
         return (_swap_batch_time(outputs_tm), c_last, m_last), gradient
