@@ -17,7 +17,7 @@ anneal it from 8 to 1 and inference fixes it at 1.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -131,14 +131,14 @@ class GNMTLSTMCell(keras.layers.Layer):
         m = c * output_gate if self.form == "paper" else output_gate * tf.tanh(c)
         return m, c, (input_gate, candidate, forget_gate, output_gate, unclipped)
 
-    def activation_gradient(self, d_m: tf.Tensor, d_c: tf.Tensor, saved: tf.Tensor, delta):
+    def activation_gradient(self, d_m: tf.Tensor, d_c: tf.Tensor, saved: Sequence[tf.Tensor], delta):
         """The gradient of :meth:`activate`: from dL/dm_t and dL/dc_t to ``(dL/dz, dL/dc_{t-1})``.
 
-        ``saved`` [batch, 6 units]: the ``parts`` :meth:`activate` returned with m_t and ``c_{t-1}``,
-        concatenated in that order. Eq. 10's clip passes the gradient where
+        ``saved``: the ``parts`` :meth:`activate` returned with m_t, then ``c_{t-1}`` (six [batch, units]).
+        Eq. 10's clip passes the gradient where
         the unclipped state lies in [-delta, delta], as ``tf.clip_by_value``'s gradient does.
         """
-        input_gate, candidate, forget_gate, output_gate, unclipped, c_prev = tf.split(saved, 6, axis=-1)
+        input_gate, candidate, forget_gate, output_gate, unclipped, c_prev = saved
         c = clip(unclipped, delta)
         if self.form == "paper":  # m = c * o
             d_o = d_m * c

@@ -144,8 +144,8 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
-    Without a gradient (dev loss, forced scoring) the saved records are written and not read: a
-    concatenation and two more TensorArray writes per step, which searches avoid (their read-once
+    Without a gradient (dev loss, forced scoring) the saved records are written and not read: seven
+    more TensorArray writes per step, which searches avoid (their read-once
     reader takes the step-by-step path).
     """
     delta = tf.convert_to_tensor(cell.clip_delta)
@@ -157,10 +157,11 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
         def forward_step(projected_t, state):
             c_prev, m_prev = state
             m, c, parts = cell.activate(projected_t + tf.matmul(m_prev, kernel), c_prev, delta)
-            return (m, tf.concat(list(parts) + [c_prev], axis=-1), m_prev), (c, m)
+            # Each record in its own array: concatenated, every step would copy them in and out again.
+            return (m, (*parts, c_prev), m_prev), (c, m)
 
         (outputs_tm, saved_tm, m_prev_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
-            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, 6 * units, units))
+            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, (units,) * 6, units))
 
         def gradient(d_outputs, d_c_last, d_m_last):
             # At a real step the gradient reaching m_t is that of the output plus that of the next
