@@ -12,21 +12,6 @@ def clip(values: tf.Tensor, delta) -> tf.Tensor:
 
 
 def clip_logits(logits: tf.Tensor, gamma: float) -> tf.Tensor:
-    """Eq. 13: the softmax logits clipped to [-gamma, gamma].
-
-    Its gradient is ``tf.clip_by_value``'s (passed where the logit lies in [-gamma, gamma]) in one
-    comparison and one select: derived op by op through minimum and maximum it takes two of each
-    over the [tokens, vocabulary] logits, the largest tensor of a training step.
-    """
+    """Eq. 13: the softmax logits clipped to [-gamma, gamma]."""
     gamma = tf.cast(gamma, logits.dtype)
-
-    @tf.custom_gradient
-    def clipped_logits(values):
-        clipped = tf.clip_by_value(values, -gamma, gamma)
-
-        def gradient(upstream):
-            return tf.where(tf.equal(clipped, values), upstream, tf.zeros([], upstream.dtype))
-
-        return clipped, gradient
-
-    return clipped_logits(logits)
+    return tf.clip_by_value(logits, -gamma, gamma)
