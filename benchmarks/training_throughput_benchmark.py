@@ -286,7 +286,8 @@ def main(argv=None) -> int:
               "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
               "--devices", str(args.devices)] + (["--baseline", args.baseline] if args.baseline else [])
     if args.real_batches:
-        batches_path = os.path.join(tempfile.mkdtemp(prefix="real_batches"), "batches.npz")
+        scratch = tempfile.TemporaryDirectory(prefix="real_batches")  # removed when the measurement ends
+        batches_path = os.path.join(scratch.name, "batches.npz")
         save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path)
         common += ["--batches", batches_path]
     runs = {scheme: [] for scheme in args.schemes}
