@@ -247,6 +247,8 @@ def main(argv=None) -> int:
                         help="compare with the recorded runs of these tags at the same minutes and threads, taking "
                              "ours or a peer from them where this run has none; with --no-ours --peers none, "
                              "train nothing and compare the recorded run of --tag again")
+    parser.add_argument("--note", help="what to know about this run besides its settings (other work on the machine, "
+                                       "a rerun), recorded with it")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "quality_benchmark"))
     parser.add_argument("--output", default=os.path.join(HERE, "results", "quality.json"))
     parser.add_argument("--evaluate-worker", default=None, help=argparse.SUPPRESS)
@@ -259,7 +261,7 @@ def main(argv=None) -> int:
     if args.no_ours and not peers:
         if not args.compare_with:
             parser.error("--no-ours with --peers none trains nothing: give --compare-with TAG to compare a recorded run")
-        return compare_recorded(args.output, args.tag, args.minutes, args.threads, args.compare_with)
+        return compare_recorded(args.output, args.tag, args.minutes, args.threads, args.compare_with, args.note)
     os.makedirs(args.workdir, exist_ok=True)
     train_tsv, dev_tsv = write_split(args.workdir, args.overrides)
     results = _load(args.output)
@@ -269,6 +271,8 @@ def main(argv=None) -> int:
         entry = {"tag": args.tag, "minutes": minutes, "threads": args.threads, "overrides": args.overrides,
                  "peer_env": peer_env, "date": time.strftime("%Y-%m-%d"),
                  "load_average_before": [round(v, 2) for v in os.getloadavg()]}
+        if args.note:
+            entry["note"] = args.note
         key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers))
         if not args.no_ours:
             ours_dir = os.path.join(args.workdir, f"ours-{name}")
@@ -338,12 +342,15 @@ def cross_comparison(entry: Dict, results: Dict, tags: Sequence[str]) -> Dict:
 
 
 def compare_recorded(path: str, tag: str, minutes_list: Sequence[float], threads: int,
-                     tags: Sequence[str]) -> int:
-    """Compute again the comparison of the recorded runs of ``tag`` against those of ``tags``; trains nothing."""
+                     tags: Sequence[str], note: Optional[str] = None) -> int:
+    """Compute again the comparison of the recorded runs of ``tag`` against those of ``tags``, and
+    replace their note with ``note`` if one is given; trains nothing."""
     results = _load(path)
     for minutes in minutes_list:
         entry = _recorded(results, tag, minutes, threads)
         entry["compared_with"] = list(tags)
+        if note:
+            entry["note"] = note
         entry["comparison"] = cross_comparison(entry, results, tags)
         _save(path, results)
         _print(entry)

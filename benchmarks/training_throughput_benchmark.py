@@ -74,6 +74,8 @@ def parse_args(argv=None):
                         help="time real batches of the built-in data in the wordpieces of this model directory")
     parser.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
     parser.add_argument("--batches", help=argparse.SUPPRESS)  # the real batches, saved for the workers
+    parser.add_argument("--note", help="what this measurement is for (e.g. which change against which parent), "
+                                       "recorded with the results")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "training_throughput.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -348,6 +350,8 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "results": rows,
     }
+    if args.note:
+        report["note"] = args.note
     write_report(args.output, report)
     for r in rows:
         loads = [run["worker"]["load_average_before"][0] for run in r["rounds"]]
