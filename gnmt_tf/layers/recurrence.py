@@ -56,18 +56,23 @@ class TensorArrayLoop:
     """
 
     def __call__(self, step: Step, inputs_tm, mask_tm: tf.Tensor, initial_state, output_sizes,
-                 backwards: bool = False):
+                 backwards: bool = False, stacked: bool = True):
         """``backwards``: run t = time-1 .. 0 instead (back-propagation through time), reading and
-        writing position t, so the outputs are in the inputs' order and nothing is reversed."""
+        writing position t, so the outputs are in the inputs' order and nothing is reversed.
+        ``stacked=False`` returns the outputs as the TensorArrays the loop wrote, which another loop
+        can take as inputs as they are (an input may be a tensor or such an array)."""
         steps = tf.shape(mask_tm)[0]
         input_arrays = tf.nest.map_structure(
-            lambda x: tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
+            lambda x: x if isinstance(x, tf.TensorArray)
+            else tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x), inputs_tm
         )
         mask_array = tf.TensorArray(tf.bool, size=steps, element_shape=mask_tm.shape[1:]).unstack(
             tf.cast(mask_tm, tf.bool)
         )
-        dtype = tf.nest.flatten(inputs_tm)[0].dtype
-        output_arrays = tf.nest.map_structure(lambda _: tf.TensorArray(dtype, size=steps), output_sizes)
+        dtype = tf.nest.flatten(input_arrays)[0].dtype
+        output_arrays = tf.nest.map_structure(
+            lambda size: tf.TensorArray(dtype, size=steps, element_shape=[None, size] if isinstance(size, int)
+                                        else None), output_sizes)
 
         def body(i, state, output_arrays):
             t = steps - 1 - i if backwards else i
@@ -79,6 +84,8 @@ class TensorArrayLoop:
         _, final_state, output_arrays = tf.while_loop(
             lambda t, *_: t < steps, body, (tf.constant(0), initial_state, output_arrays), maximum_iterations=steps
         )
+        if not stacked:
+            return output_arrays, final_state
         return tf.nest.map_structure(lambda array: array.stack(), output_arrays), final_state
 
 
@@ -145,7 +152,7 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
     Without a gradient (dev loss, forced scoring) the saved records are written and not read: seven
-    more TensorArray writes per step, which searches avoid (their read-once
+    more TensorArray writes per step (no copies), which searches avoid (their read-once
     reader takes the step-by-step path).
     """
     delta = tf.convert_to_tensor(cell.clip_delta)
@@ -160,8 +167,11 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
             # Each record in its own array: concatenated, every step would copy them in and out again.
             return (m, (*parts, c_prev), m_prev), (c, m)
 
-        (outputs_tm, saved_tm, m_prev_tm), (c_last, m_last) = TENSOR_ARRAY_LOOP(
-            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, (units,) * 6, units))
+        # The records stay in the arrays the forward loop wrote, which the backward loop reads: stacked
+        # into one tensor, they would be copied out and back in again (6 units per position).
+        (output_array, saved_arrays, m_prev_array), (c_last, m_last) = TENSOR_ARRAY_LOOP(
+            forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, (units,) * 6, units),
+            stacked=False)
 
         def gradient(d_outputs, d_c_last, d_m_last):
             # At a real step the gradient reaching m_t is that of the output plus that of the next
@@ -177,15 +187,15 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
             d_c_last = tf.zeros_like(c_last) if d_c_last is None else d_c_last
             d_m_last = tf.zeros_like(m_last) if d_m_last is None else d_m_last
             d_z_tm, (d_c_0, d_m_0) = TENSOR_ARRAY_LOOP(
-                backward_step, (_swap_batch_time(d_outputs), saved_tm), mask_tm, (d_c_last, d_m_last), 4 * units,
+                backward_step, (_swap_batch_time(d_outputs), saved_arrays), mask_tm, (d_c_last, d_m_last), 4 * units,
                 backwards=True)
             # Summed over time and batch: one product of [time x batch, units]^T and [time x batch, 4 units],
-            # the transpose left to the product (tensordot would transpose m_prev_tm in memory first).
-            d_kernel = tf.matmul(tf.reshape(m_prev_tm, [-1, units]), tf.reshape(d_z_tm, [-1, 4 * units]),
+            # the transpose left to the product (tensordot would transpose the states in memory first).
+            d_kernel = tf.matmul(tf.reshape(m_prev_array.stack(), [-1, units]), tf.reshape(d_z_tm, [-1, 4 * units]),
                                  transpose_a=True)
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
-        return (_swap_batch_time(outputs_tm), c_last, m_last), gradient
+        return (_swap_batch_time(output_array.stack()), c_last, m_last), gradient
 
     outputs, c_last, m_last = recurrence(projected, kernel, *initial_state)
     return outputs, (c_last, m_last)
