@@ -1,9 +1,10 @@
-"""Translation quality per CPU minute, ours against two peer systems, on the built-in data.
+"""Translation quality per CPU minute, ours against two peer systems, on the built-in data or other pairs.
 
     python benchmarks/quality_benchmark.py --minutes 10 30 60          # ours and both peers, one after another
     python benchmarks/quality_benchmark.py --minutes 10 --peers none --set training.label_smoothing=0.1 --tag smoothing
     python benchmarks/quality_benchmark.py --minutes 10 --no-ours --peers lstm --peer-env LR=0.002 --tag lr0.002
     python benchmarks/quality_benchmark.py --minutes 60 --no-ours --peers none --tag lr0.002 --compare-with default
+    python benchmarks/quality_benchmark.py --minutes 60 --peers lstm --pairs runs/heldout/catalogs_en_fr.tsv --tag heldout
 
 For each number of minutes it trains the default config (``python -m gnmt_tf.train``: the built-in
 English->French catalogs and their dev split) and each peer through
@@ -24,6 +25,10 @@ source-length bucket. Ours is decoded with the config's beam search and greedily
 weights (``best/``: the weight average the run keeps) and from the raw weights of its last
 checkpoint, and from the average of its last checkpoints (``python -m gnmt_tf.average``), all through
 :func:`gnmt_tf.inference.evaluation.evaluate`, the code behind ``python -m gnmt_tf.evaluate``.
+
+``--pairs TSV`` trains and scores every system on other pairs instead (split into training and dev the
+same way), e.g. the held-out catalogs that ``benchmarks/heldout_catalogs.py`` collects: a check of
+``small``'s defaults on text they were not chosen on.
 
 ``--compare-with TAG [TAG ...]`` compares a run with the recorded runs of those tags at the same minutes
 and threads: what this run lacks (ours, or a peer) is taken from them, e.g. a peer trained alone
@@ -136,10 +141,14 @@ def thread_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def train_ours(model_dir: str, minutes: float, threads: int, overrides: List[str]) -> float:
-    """Train ours; returns the wall-clock seconds of the command (data loading and evaluation included)."""
+def train_ours(model_dir: str, minutes: float, threads: int, overrides: List[str],
+               data: Optional[Tuple[str, str]] = None) -> float:
+    """Train ours (on the built-in data, or on ``data``: train and dev TSV); returns the wall-clock seconds
+    of the command (data loading and evaluation included)."""
     command = [sys.executable, "-m", "gnmt_tf.train", "--model-dir", model_dir, "--max-minutes", str(minutes),
                "--quiet"]
+    if data:
+        command += ["--train", data[0], "--dev", data[1]]
     for override in overrides:
         command += ["--set", override]
     started = time.monotonic()
@@ -183,14 +192,24 @@ def training_summary(model_dir: str) -> Dict:
 
 
 # ----------------------------------------------------------------------------- the peers
-def write_split(workdir: str, overrides: List[str]) -> Tuple[str, str]:
-    """The training and dev pairs of the default run, as TSV for the peers (whitespace folded)."""
+def write_split(workdir: str, overrides: List[str], pairs_path: Optional[str] = None) -> Tuple[str, str]:
+    """The training and dev pairs of the run, as TSV for every system (whitespace folded).
+
+    The built-in catalogs by default, split as ``python -m gnmt_tf.train`` splits them; or the pairs of
+    ``pairs_path`` (``--pairs``), split the same way (by source sentence, the config's seed).
+    """
     from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import split_dev
     from gnmt_tf.data.catalogs import load_catalog_pairs
+    from gnmt_tf.data.readers import read_tsv
 
     config = load_config("small", overrides=parse_overrides(overrides))
-    pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
+    if pairs_path:
+        pairs, _ = read_tsv(pairs_path)
+        workdir = os.path.join(workdir, re.sub(r"[^A-Za-z0-9._=-]+", "-", os.path.basename(pairs_path)) + ".split")
+        os.makedirs(workdir, exist_ok=True)
+    else:
+        pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
     train, dev = split_dev(pairs, config.data.dev_fraction, config.data.dev_max_pairs, config.training.seed)
     paths = []
     for name, chosen in (("train.tsv", train), ("dev.tsv", dev)):
@@ -249,6 +268,10 @@ def main(argv=None) -> int:
                              "train nothing and compare the recorded run of --tag again")
     parser.add_argument("--note", help="what to know about this run besides its settings (other work on the machine, "
                                        "a rerun), recorded with it")
+    parser.add_argument("--pairs", metavar="TSV",
+                        help="train and score every system on these pairs (source<TAB>target), split into training "
+                             "and dev as the built-in data is, instead of the built-in data; e.g. the held-out "
+                             "catalogs of benchmarks/heldout_catalogs.py")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "quality_benchmark"))
     parser.add_argument("--output", default=os.path.join(HERE, "results", "quality.json"))
     parser.add_argument("--evaluate-worker", default=None, help=argparse.SUPPRESS)
@@ -263,7 +286,7 @@ def main(argv=None) -> int:
             parser.error("--no-ours with --peers none trains nothing: give --compare-with TAG to compare a recorded run")
         return compare_recorded(args.output, args.tag, args.minutes, args.threads, args.compare_with, args.note)
     os.makedirs(args.workdir, exist_ok=True)
-    train_tsv, dev_tsv = write_split(args.workdir, args.overrides)
+    train_tsv, dev_tsv = write_split(args.workdir, args.overrides, args.pairs)
     results = _load(args.output)
     for minutes in args.minutes:
         # The peer runner's shell script does not quote its paths: directories are named without spaces.
@@ -273,7 +296,10 @@ def main(argv=None) -> int:
                  "load_average_before": [round(v, 2) for v in os.getloadavg()]}
         if args.note:
             entry["note"] = args.note
-        key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers))
+        if args.pairs:
+            entry["pairs"] = {"file": os.path.relpath(os.path.abspath(args.pairs), ROOT),
+                              "train": _count_lines(train_tsv), "dev": _count_lines(dev_tsv)}
+        key = (args.tag, minutes, args.threads, args.no_ours, tuple(peers), _pairs_file(entry))
         if not args.no_ours:
             ours_dir = os.path.join(args.workdir, f"ours-{name}")
             if args.reuse_ours and os.path.exists(ours_dir + ".log") and "steps" in training_summary(ours_dir):
@@ -281,7 +307,8 @@ def main(argv=None) -> int:
                 seconds, entry["ours_reused"] = None, True
             else:
                 print(f"{name}: training ours for {minutes:g} minutes", file=sys.stderr, flush=True)
-                seconds = train_ours(ours_dir, minutes, args.threads, args.overrides)
+                seconds = train_ours(ours_dir, minutes, args.threads, args.overrides,
+                                     (train_tsv, dev_tsv) if args.pairs else None)
             entry["ours"] = {**training_summary(ours_dir), "command_seconds": None if seconds is None else round(seconds, 1),
                              "decodings": evaluate_ours(ours_dir, args.threads)}
             _record(args.output, results, key, entry)  # kept even if a peer fails next
@@ -326,6 +353,10 @@ def cross_comparison(entry: Dict, results: Dict, tags: Sequence[str]) -> Dict:
     alone against the peers of other days. Only the side ``entry`` lacks is borrowed, so a figure
     already in another entry (its beam over greedy, a lead over a peer it did not run) is not repeated."""
     others = [_recorded(results, tag, entry["minutes"], entry["threads"]) for tag in tags]
+    for other in others:
+        if _pairs_file(other) != _pairs_file(entry):
+            raise SystemExit(f"tag {other['tag']!r} was trained on {_pairs_file(other) or 'the built-in data'}, this "
+                             f"run on {_pairs_file(entry) or 'the built-in data'}: their figures do not compare")
     ours = entry.get("ours") or next((other["ours"] for other in others if "ours" in other), None)
     peers = dict(entry.get("peers", {}))
     if not peers:
@@ -375,7 +406,18 @@ def _record(path: str, results: Dict, key, entry: Dict) -> None:
 
 
 def _key(run: Dict):
-    return (run["tag"], run["minutes"], run["threads"], "ours" not in run, tuple(run.get("peers", {})))
+    return (run["tag"], run["minutes"], run["threads"], "ours" not in run, tuple(run.get("peers", {})),
+            _pairs_file(run))
+
+
+def _pairs_file(run: Dict) -> Optional[str]:
+    """The --pairs file a run was trained on (None: the built-in data)."""
+    return run.get("pairs", {}).get("file")
+
+
+def _count_lines(path: str) -> int:
+    with open(path, encoding="utf-8") as handle:
+        return sum(1 for _ in handle)
 
 
 def _load(path: str) -> Dict:
