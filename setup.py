@@ -38,6 +38,7 @@ EXTRAS_REQUIRE = {
         "nbclient>=0.10",  # runs examples/quickstart.ipynb in the tests
         "nbformat>=5",
         "ipykernel>=6",
+        "polib>=1.2",  # benchmarks/heldout_catalogs.py reads the .po catalogs of the held-out check
     ],
 }
 

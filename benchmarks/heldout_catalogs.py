@@ -62,11 +62,13 @@ def is_message_id(text: str) -> bool:
 
 
 def po_entries(text: str) -> Iterable[Pair]:
-    """Translated, non-fuzzy entries of a ``.po`` file; a message id gives way to its Default comment."""
+    """Translated, non-fuzzy entries of a ``.po`` file (a plural entry's singular form, as a ``.mo``
+    gives it); a message id gives way to its Default comment."""
     import polib
 
     for entry in polib.pofile(text):
-        if entry.obsolete or "fuzzy" in entry.flags or not entry.msgstr.strip():
+        translation = entry.msgstr_plural.get(0, "") if entry.msgid_plural else entry.msgstr
+        if entry.obsolete or "fuzzy" in entry.flags or not translation.strip():
             continue
         source = entry.msgid
         if is_message_id(source):
@@ -74,7 +76,7 @@ def po_entries(text: str) -> Iterable[Pair]:
             if not match:
                 continue
             source = match.group(1).replace('\\"', '"')
-        yield source, entry.msgstr
+        yield source, translation
 
 
 def mo_entries(data: bytes) -> Iterable[Pair]:

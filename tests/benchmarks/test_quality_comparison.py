@@ -1,5 +1,7 @@
 """benchmarks/quality_benchmark.py: the leads it derives from one run's scores."""
 
+import os
+
 from helpers import load_benchmark
 
 
@@ -64,3 +66,37 @@ def test_a_tag_recorded_twice_or_not_at_all_or_with_nothing_to_compare_stops_wit
             assert message in str(stop), stop
         else:
             raise AssertionError(f"compared {tags} without stopping")
+
+
+def test_runs_on_other_pairs_are_kept_apart_from_built_in_ones_and_do_not_compare_with_them():
+    tool = load_benchmark("quality_benchmark")
+    built_in = _run("x", ours=((45.0, 25.0), (44.0, 24.0)))
+    held_out = dict(_run("x", ours=((30.0, 20.0), (29.0, 19.0))), pairs={"file": "runs/heldout/catalogs_en_fr.tsv"})
+    assert tool._key(built_in) != tool._key(held_out)  # the same tag on other data does not replace the run
+    results = {"runs": [_run("peer", peers={"lstm": (40.0, 20.0)})]}
+    try:
+        tool.cross_comparison(held_out, results, ["peer"])
+    except SystemExit as stop:
+        assert "runs/heldout/catalogs_en_fr.tsv" in str(stop) and "the built-in data" in str(stop)
+    else:
+        raise AssertionError("a held-out run was compared with a built-in one")
+
+
+def test_other_pairs_are_split_by_source_sentence_as_the_trainer_splits_them(tmp_path):
+    from gnmt_tf.config import load_config
+    from gnmt_tf.data import split_dev
+
+    tool = load_benchmark("quality_benchmark")
+    pairs = [(f"source {i % 700} of  a pair", f"cible {i}") for i in range(1400)]  # each source twice
+    path = tmp_path / "other pairs.tsv"
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    train_path, dev_path = tool.write_split(str(tmp_path / "work"), [], str(path))
+    assert os.path.dirname(train_path) == os.path.join(str(tmp_path / "work"), "other-pairs.tsv.split")
+    read = lambda p: [tuple(line.split("\t")) for line in open(p, encoding="utf-8").read().splitlines()]
+    train, dev = read(train_path), read(dev_path)
+    config = load_config("small")
+    expected_train, expected_dev = split_dev(pairs, config.data.dev_fraction, config.data.dev_max_pairs,
+                                             config.training.seed)
+    fold = lambda chosen: [(" ".join(s.split()), t) for s, t in chosen]
+    assert (train, dev) == (fold(expected_train), fold(expected_dev)) and dev
+    assert not {s for s, _ in train} & {s for s, _ in dev}  # a source's two translations on one side
