@@ -11,7 +11,7 @@ bucketing.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from gnmt_tf.data.readers import DataError, Pair
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -40,6 +40,7 @@ def make_dataset(
     training: bool = True,
     repeat: bool = False,
     bucket_shapes: bool = False,
+    batch_cells: Optional[int] = None,
 ):
     """A ``tf.data.Dataset`` of ``((source_ids, target_input_ids), target_output_ids)``.
 
@@ -60,7 +61,12 @@ def make_dataset(
     bucket from its longest possible target).
 
     Evaluation (``training=False``): the input order is kept, nothing is filtered
-    (every pair is scored) and batches are ``batch_size`` consecutive pairs.
+    (every pair is scored) and batches are ``batch_size`` consecutive pairs, or fewer where
+    ``batch_cells`` is set and a batch would exceed ``batch x longest source x longest
+    target_output`` cells: teacher forcing scores every target step against every source
+    position at once (eq. 4, a [batch, target, source, attention units] tensor), so one
+    pair of several hundred wordpieces in a batch of 64 would need tens of gigabytes. A
+    pair alone over the bound is a batch of its own.
 
     ``bucket_shapes`` (training only): every batch of a bucket has the same shape, so that a
     step compiled per shape (``training.jit_compile``, XLA) compiles once per bucket and never
@@ -85,7 +91,7 @@ def make_dataset(
             bucket_width=bucket_width, shuffle_buffer=shuffle_buffer, seed=seed, bucket_shapes=bucket_shapes,
         )
     else:
-        batches = _evaluation_batches(pairs, tokenize, batch_size=batch_size)
+        batches = _evaluation_batches(pairs, tokenize, batch_size=batch_size, batch_cells=batch_cells)
     return _for_teacher_forcing(batches, repeat=repeat)
 
 
@@ -103,10 +109,42 @@ def _training_batches(
     return _padded_to_bucket_width(batches, boundaries, max_length) if bucket_shapes else batches
 
 
-def _evaluation_batches(pairs, tokenize, *, batch_size):
-    """Every pair, in input order, in batches of ``batch_size`` consecutive pairs."""
+def _evaluation_batches(pairs, tokenize, *, batch_size, batch_cells=None):
+    """Every pair, in input order, in batches of consecutive pairs (see :func:`make_dataset`)."""
+    import tensorflow as tf
+
     dataset = _with_special_ids(_tokenized(_text_pairs(pairs), tokenize))
-    return dataset.padded_batch(batch_size, padding_values=_PADDING)
+    if batch_cells is None:
+        return dataset.padded_batch(batch_size, padding_values=_PADDING)
+    dataset = dataset.cache()  # tokenized once: the lengths are read here, the batches made below
+    lengths = [(len(source), len(target_out)) for source, _, target_out in dataset.as_numpy_iterator()]
+    sizes = cell_bounded_batch_sizes(lengths, batch_size, batch_cells)
+    batch_ids = tf.data.Dataset.from_tensor_slices(tf.repeat(tf.range(len(sizes), dtype=tf.int64), sizes))
+    sizes = tf.constant(sizes, tf.int64)
+    # A batch's pairs are consecutive, so each window fills, and is emitted, before the next begins.
+    return tf.data.Dataset.zip((batch_ids, dataset)).group_by_window(
+        key_func=lambda batch_id, _: batch_id,
+        reduce_func=lambda _, window: window.map(lambda __, ids: ids).padded_batch(batch_size, padding_values=_PADDING),
+        window_size_func=lambda batch_id: sizes[batch_id],
+    )
+
+
+def cell_bounded_batch_sizes(lengths: Sequence[Tuple[int, int]], batch_size: int, batch_cells: int) -> List[int]:
+    """Sizes of the batches that consecutive pairs of ``(source, target)`` lengths make when a batch
+    holds at most ``batch_size`` pairs and ``batch x longest source x longest target`` stays within
+    ``batch_cells`` (a pair alone over it is a batch of its own)."""
+    sizes: List[int] = []
+    count = longest_source = longest_target = 0
+    for source, target in lengths:
+        grown = (count + 1) * max(longest_source, source) * max(longest_target, target)
+        if count and (count == batch_size or grown > batch_cells):
+            sizes.append(count)
+            count = longest_source = longest_target = 0
+        count += 1
+        longest_source, longest_target = max(longest_source, source), max(longest_target, target)
+    if count:
+        sizes.append(count)
+    return sizes
 
 
 def _bucket_boundaries(max_length: int, bucket_width: int) -> list:

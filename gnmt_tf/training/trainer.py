@@ -308,9 +308,13 @@ class Trainer:
         # Evaluated at the delta of this step, which is the delta this checkpoint is saved
         # with and will be decoded at (gnmt_tf.model_files), so "best" means best as used.
         model = self._shipped_weights()
+        # Dev pairs are not length-filtered: a batch is bounded to the cells of a training batch of the
+        # longest pairs trained on, so that a long dev pair cannot exhaust memory (make_dataset).
+        longest = self.config.data.max_length + 1
         dev_data = make_dataset(
             self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
             bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
+            batch_cells=64 * longest * longest,
         )
         loss = self._dev_loss_of(dev_data)
         perplexity = float(math.exp(min(loss, 50.0)))

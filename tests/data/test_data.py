@@ -20,6 +20,7 @@ from gnmt_tf.data import (
     read_tsv,
     split_dev,
 )
+from gnmt_tf.data.pipeline import cell_bounded_batch_sizes
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -303,6 +304,42 @@ def test_pipeline_evaluation_keeps_order_and_long_pairs():
     batches = _batches(dataset)
     assert [b[0].shape[0] for b in batches] == [64, 64, 64, 64, 44]
     assert _decoded_pairs(batches) == [(tuple(_ids(s)), tuple(_ids(t))) for s, t in pairs]
+
+
+def test_evaluation_batches_bounded_in_cells_keep_order_and_stay_within_the_bound():
+    # Lengths chosen so that one very long pair sits among short ones, as in a real dev split.
+    pairs = _numeric_pairs(200, max_len=12, seed=8)
+    pairs[70] = (" ".join(["5"] * 150), " ".join(["6"] * 160))
+    cells = 64 * 21 * 21
+    dataset = make_dataset(pairs, toy_tokenize, batch_size=64, seed=1, training=False, batch_cells=cells, **PIPE)
+    batches = _batches(dataset)
+    assert _decoded_pairs(batches) == [(tuple(_ids(s)), tuple(_ids(t))) for s, t in pairs]
+    for source, _, target_out in batches:
+        assert source.shape[0] == 1 or source.shape[0] * source.shape[1] * target_out.shape[1] <= cells
+    assert [source.shape[0] for source, _, _ in batches if source.shape[1] == 151] == [1]  # the long pair alone
+
+
+def test_cell_bounded_batch_sizes_are_the_greedy_cut_of_a_brute_force_reference():
+    rng = np.random.default_rng(9)
+
+    def reference(lengths, batch_size, batch_cells):
+        # Take each batch as long as possible from the front: the longest prefix within both bounds.
+        sizes, start = [], 0
+        while start < len(lengths):
+            size = 1
+            for end in range(start + 2, min(start + batch_size, len(lengths)) + 1):
+                chosen = lengths[start:end]
+                if len(chosen) * max(s for s, _ in chosen) * max(t for _, t in chosen) > batch_cells:
+                    break
+                size = end - start
+            sizes.append(size)
+            start += size
+        return sizes
+
+    for _ in range(50):
+        lengths = [tuple(int(v) for v in rng.integers(1, 80, size=2)) for _ in range(int(rng.integers(1, 120)))]
+        batch_size, batch_cells = int(rng.integers(1, 40)), int(rng.integers(1, 60_000))
+        assert cell_bounded_batch_sizes(lengths, batch_size, batch_cells) == reference(lengths, batch_size, batch_cells)
 
 
 def test_pipeline_rejects_no_pairs():
