@@ -193,10 +193,12 @@ def training_summary(model_dir: str) -> Dict:
 
 # ----------------------------------------------------------------------------- the peers
 def write_split(workdir: str, overrides: List[str], pairs_path: Optional[str] = None) -> Tuple[str, str]:
-    """The training and dev pairs of the run, as TSV for every system (whitespace folded).
+    """The training and dev pairs of the run, as TSV (whitespace folded): for the peers, and for ours too
+    with ``--pairs``.
 
-    The built-in catalogs by default, split as ``python -m gnmt_tf.train`` splits them; or the pairs of
-    ``pairs_path`` (``--pairs``), split the same way (by source sentence, the config's seed).
+    The built-in catalogs by default, split as ``python -m gnmt_tf.train`` splits them (ours then makes
+    the same split itself); or the pairs of ``pairs_path``, split the same way (by source sentence, the
+    config's seed) into a folder named after the file.
     """
     from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import split_dev
