@@ -133,7 +133,8 @@ def save_real_batches(model_dir: str, config_name: str, count: int, path: str) -
     pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
     train, _ = split_dev(pairs, d.dev_fraction, d.dev_max_pairs, t.seed)
     dataset = make_dataset(train, tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
-                           max_length=d.max_length, bucket_width=d.bucket_width, shuffle_buffer=d.shuffle_buffer,
+                           batch_cells=t.batch_cells, max_length=d.max_length, bucket_width=d.bucket_width,
+                           shuffle_buffer=d.shuffle_buffer,
                            seed=t.seed, training=True, repeat=True)
     arrays = {}
     for i, ((source, target_in), target_out) in enumerate(dataset.take(count)):

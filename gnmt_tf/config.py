@@ -173,6 +173,16 @@ class TrainingConfig:
         "pairs. At least data.max_length + 1. null: batch_size pairs per step.",
         default=None,
     )
+    batch_cells: Optional[int] = _doc(
+        "If set, a training batch holds no more pairs than keep pairs x its length bucket's widest "
+        "possible source x widest possible target (EOS included) within this. Teacher forcing scores "
+        "every target step against every source position at once (eq. 4: a [pairs, target, source, "
+        "model.attention_units] tensor), so its memory grows with the square of the length: this bounds "
+        "it when data.max_length is raised, long buckets taking fewer pairs. At least (data.max_length + "
+        "1) ** 2. Dev batches are bounded by it too (null: by 64 pairs of the longest trained length). "
+        "null: no bound beyond batch_size and batch_tokens.",
+        default=None,
+    )
     clip_norm: float = _doc("Gradients are scaled so that their global norm is at most this (5.0).", default=5.0)
     adam_learning_rate: float = _doc("Adam's learning rate for the first phase (0.0002).", default=0.0002)
     adam_steps: int = _doc("Steps trained with Adam before switching to plain SGD (60k).", default=60000)
@@ -282,6 +292,8 @@ class TrainingConfig:
             )
         if self.batch_tokens is not None and self.batch_tokens <= 0:
             raise ConfigError(f"{where}.batch_tokens: must be positive or null, got {self.batch_tokens}")
+        if self.batch_cells is not None and self.batch_cells <= 0:
+            raise ConfigError(f"{where}.batch_cells: must be positive or null, got {self.batch_cells}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"{where}.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
         if self.average_decay is not None and not 0.0 < self.average_decay < 1.0:
@@ -505,6 +517,17 @@ class GNMTConfig:
             raise ConfigError(
                 f"training.jit_compile: XLA compiles the step for one device; parallel.mode "
                 f"{self.parallel.mode!r} places it on several. Set one of them off"
+            )
+        longest = self.data.max_length + 1  # wordpieces and EOS of the longest pair trained on
+        if self.training.batch_tokens is not None and self.training.batch_tokens < longest:
+            raise ConfigError(
+                f"training.batch_tokens: must be at least data.max_length + 1 ({longest}) so that one pair "
+                f"of the longest length fits in a batch; got {self.training.batch_tokens}"
+            )
+        if self.training.batch_cells is not None and self.training.batch_cells < longest * longest:
+            raise ConfigError(
+                f"training.batch_cells: must be at least (data.max_length + 1) ** 2 ({longest * longest}) so "
+                f"that one pair of the longest length fits in a batch; got {self.training.batch_cells}"
             )
         if self.training.delta_start < self.model.clip_delta:
             raise ConfigError(

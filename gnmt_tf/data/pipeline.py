@@ -58,15 +58,18 @@ def make_dataset(
     measured on the longer side) so that little of each batch is padding.  A batch
     holds ``batch_size`` pairs or, when ``batch_tokens`` is set, as many pairs as
     keep ``batch x longest target_output`` within ``batch_tokens`` (computed per
-    bucket from its longest possible target).
+    bucket from its longest possible target); where ``batch_cells`` is set, no more
+    than keep ``batch x longest source x longest target_output`` within it (the bucket's
+    widest possible pair), the memory bound explained below.
 
     Evaluation (``training=False``): the input order is kept, nothing is filtered
     (every pair is scored) and batches are ``batch_size`` consecutive pairs, or fewer where
     ``batch_cells`` is set and a batch would exceed ``batch x longest source x longest
-    target_output`` cells: teacher forcing scores every target step against every source
+    target_output`` cells. Why cells: teacher forcing scores every target step against every source
     position at once (eq. 4, a [batch, target, source, attention units] tensor), so one
     pair of several hundred wordpieces in a batch of 64 would need tens of gigabytes. A
-    pair alone over the bound is a batch of its own.
+    dev pair alone over the bound is a batch of its own; in training, ``batch_cells`` must
+    hold one pair of the longest allowed length, ``(max_length + 1) ** 2``.
 
     ``bucket_shapes`` (training only): every batch of a bucket has the same shape, so that a
     step compiled per shape (``training.jit_compile``, XLA) compiles once per bucket and never
@@ -89,6 +92,7 @@ def make_dataset(
         batches = _training_batches(
             pairs, tokenize, batch_size=batch_size, batch_tokens=batch_tokens, max_length=max_length,
             bucket_width=bucket_width, shuffle_buffer=shuffle_buffer, seed=seed, bucket_shapes=bucket_shapes,
+            batch_cells=batch_cells,
         )
     else:
         batches = _evaluation_batches(pairs, tokenize, batch_size=batch_size, batch_cells=batch_cells)
@@ -96,11 +100,12 @@ def make_dataset(
 
 
 def _training_batches(
-    pairs, tokenize, *, batch_size, batch_tokens, max_length, bucket_width, shuffle_buffer, seed, bucket_shapes
+    pairs, tokenize, *, batch_size, batch_tokens, max_length, bucket_width, shuffle_buffer, seed, bucket_shapes,
+    batch_cells=None,
 ):
     """Shuffled, length-filtered pairs in batches of similar length (see :func:`make_dataset`)."""
     boundaries = _bucket_boundaries(max_length, bucket_width)
-    bucket_batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_size, batch_tokens)
+    bucket_batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_size, batch_tokens, batch_cells)
     dataset = _text_pairs(pairs).shuffle(
         max(1, min(shuffle_buffer, len(pairs))), seed=seed, reshuffle_each_iteration=True
     )
@@ -152,19 +157,30 @@ def _bucket_boundaries(max_length: int, bucket_width: int) -> list:
     return list(range(bucket_width + 1, max_length + 1, bucket_width))
 
 
-def _bucket_batch_sizes(boundaries: list, max_length: int, batch_size: int, batch_tokens: Optional[int]):
-    """Pairs per batch in each bucket: ``batch_size``, or as many as fit in ``batch_tokens``."""
+def _bucket_batch_sizes(boundaries: list, max_length: int, batch_size: int, batch_tokens: Optional[int],
+                        batch_cells: Optional[int] = None):
+    """Pairs per batch in each bucket: ``batch_size``, or as many as fit in ``batch_tokens``; no more
+    than fit in ``batch_cells`` when it is set."""
+    # Bucket i holds longer-side lengths < boundaries[i], so its sources and targets (with EOS) are
+    # at most boundaries[i] wide; the last bucket goes up to max_length (+1 for EOS).
+    widths = boundaries + [max_length + 1]
     if batch_tokens is None:
-        return [batch_size] * (len(boundaries) + 1)
-    if batch_tokens < max_length + 1:
+        sizes = [batch_size] * len(widths)
+    elif batch_tokens < max_length + 1:
         raise ValueError(
             f"batch_tokens ({batch_tokens}) must be at least max_length + 1 ({max_length + 1}) so that "
             f"one pair of the longest allowed length fits in a batch"
         )
-    # Bucket i holds longer-side lengths < boundaries[i], so its targets (with EOS) are at
-    # most boundaries[i] wide; the last bucket goes up to max_length (+1 for EOS).
-    widths = boundaries + [max_length + 1]
-    return [batch_tokens // width for width in widths]
+    else:
+        sizes = [batch_tokens // width for width in widths]
+    if batch_cells is None:
+        return sizes
+    if batch_cells < (max_length + 1) ** 2:
+        raise ValueError(
+            f"batch_cells ({batch_cells}) must be at least (max_length + 1) ** 2 ({(max_length + 1) ** 2}) so "
+            f"that one pair of the longest allowed length fits in a batch"
+        )
+    return [min(size, batch_cells // (width * width)) for size, width in zip(sizes, widths)]
 
 
 def _text_pairs(pairs: Sequence[Pair]):

@@ -308,13 +308,14 @@ class Trainer:
         # Evaluated at the delta of this step, which is the delta this checkpoint is saved
         # with and will be decoded at (gnmt_tf.model_files), so "best" means best as used.
         model = self._shipped_weights()
-        # Dev pairs are not length-filtered: a batch is bounded to the cells of a training batch of the
-        # longest pairs trained on, so that a long dev pair cannot exhaust memory (make_dataset).
+        # Dev pairs are not length-filtered: a batch is bounded to the cells of a training batch
+        # (training.batch_cells, or 64 of the longest pairs trained on), so that a long dev pair cannot
+        # exhaust memory (make_dataset).
         longest = self.config.data.max_length + 1
         dev_data = make_dataset(
             self.dev_pairs, self.tokenizer.tokenize, batch_size=64, max_length=self.config.data.max_length,
             bucket_width=self.config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
-            batch_cells=64 * longest * longest,
+            batch_cells=self.config.training.batch_cells or 64 * longest * longest,
         )
         loss = self._dev_loss_of(dev_data)
         perplexity = float(math.exp(min(loss, 50.0)))
@@ -483,6 +484,7 @@ class Trainer:
         def dataset(pairs, seed):
             return make_dataset(
                 pairs, self.tokenizer.tokenize, batch_size=t.batch_size, batch_tokens=t.batch_tokens,
+                batch_cells=t.batch_cells,
                 max_length=d.max_length, bucket_width=d.bucket_width, shuffle_buffer=d.shuffle_buffer,
                 seed=seed, training=True, repeat=True, bucket_shapes=t.jit_compile,
             )

@@ -262,6 +262,27 @@ def test_pipeline_token_budget():
         make_dataset(pairs, toy_tokenize, batch_size=1, batch_tokens=10, seed=5, **PIPE)
 
 
+def test_pipeline_cell_bound_caps_long_buckets_only_and_keeps_every_pair():
+    # batch x widest source x widest target of a bucket (EOS included) within batch_cells; with
+    # bucket_shapes the padded shape is exactly that bucket width, so the bound is checked on it.
+    pairs = _numeric_pairs(3000, max_len=20, seed=9)
+    cells = 16 * 11 * 11  # 16 pairs of the 6-10 bucket (11 ids); 7 of the 11-15 (16 ids); 4 of the 16-20 (21 ids)
+    batches = _batches(make_dataset(pairs, toy_tokenize, batch_size=16, batch_cells=cells, seed=10,
+                                    bucket_shapes=True, **PIPE))
+    sizes = {}
+    for source, _, target_out in batches:
+        assert source.shape[0] * source.shape[1] * target_out.shape[1] <= cells
+        sizes.setdefault(source.shape[1], set()).add(source.shape[0])
+    assert sizes == {6: {16}, 11: {16}, 16: {cells // 16 ** 2}, 21: {cells // 21 ** 2}}, sizes
+    # Without fixed shapes nothing is dropped: every pair once, the bound held on the true widths.
+    batches = _batches(make_dataset(pairs, toy_tokenize, batch_size=16, batch_cells=cells, seed=10, **PIPE))
+    assert all(s.shape[0] * s.shape[1] * t.shape[1] <= cells for s, _, t in batches)
+    kept = [(tuple(_ids(s)), tuple(_ids(t))) for s, t in pairs if max(len(s.split()), len(t.split())) <= 20]
+    assert sorted(_decoded_pairs(batches)) == sorted(kept)
+    with pytest.raises(ValueError, match=r"batch_cells \(440\) must be at least \(max_length \+ 1\) \*\* 2 \(441\)"):
+        make_dataset(pairs, toy_tokenize, batch_size=16, batch_cells=440, seed=10, **PIPE)
+
+
 def test_pipeline_bucket_shapes_give_one_shape_per_bucket_and_the_same_pairs():
     # What an XLA-compiled step needs (training.jit_compile): a bounded set of batch shapes.
     pairs = _numeric_pairs(3000, max_len=24, seed=7)
