@@ -43,6 +43,7 @@ steps, tokens/s and the machine's load average.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -198,7 +199,7 @@ def write_split(workdir: str, overrides: List[str], pairs_path: Optional[str] = 
 
     The built-in catalogs by default, split as ``python -m gnmt_tf.train`` splits them (ours then makes
     the same split itself); or the pairs of ``pairs_path``, split the same way (by source sentence, the
-    config's seed) into a folder named after the file.
+    config's seed) into a folder named after the file and a digest of its path.
     """
     from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import split_dev
@@ -208,7 +209,10 @@ def write_split(workdir: str, overrides: List[str], pairs_path: Optional[str] = 
     config = load_config("small", overrides=parse_overrides(overrides))
     if pairs_path:
         pairs, _ = read_tsv(pairs_path)
-        workdir = os.path.join(workdir, re.sub(r"[^A-Za-z0-9._=-]+", "-", os.path.basename(pairs_path)) + ".split")
+        # Named after the file, and its absolute path's digest: same-named files of two folders differ.
+        digest = hashlib.sha1(os.path.abspath(pairs_path).encode("utf-8")).hexdigest()[:8]
+        name = re.sub(r"[^A-Za-z0-9._=-]+", "-", os.path.basename(pairs_path))
+        workdir = os.path.join(workdir, f"{name}-{digest}.split")
         os.makedirs(workdir, exist_ok=True)
     else:
         pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")

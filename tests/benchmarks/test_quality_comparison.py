@@ -1,6 +1,7 @@
 """benchmarks/quality_benchmark.py: the leads it derives from one run's scores."""
 
 import os
+import re
 
 from helpers import load_benchmark
 
@@ -91,7 +92,15 @@ def test_other_pairs_are_split_by_source_sentence_as_the_trainer_splits_them(tmp
     path = tmp_path / "other pairs.tsv"
     path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     train_path, dev_path = tool.write_split(str(tmp_path / "work"), [], str(path))
-    assert os.path.dirname(train_path) == os.path.join(str(tmp_path / "work"), "other-pairs.tsv.split")
+    folder = os.path.basename(os.path.dirname(train_path))
+    assert os.path.dirname(os.path.dirname(train_path)) == str(tmp_path / "work")
+    assert re.fullmatch(r"other-pairs\.tsv-[0-9a-f]{8}\.split", folder), folder
+    # A file of the same name in another folder is split into a folder of its own.
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "other pairs.tsv"
+    other.write_text("".join(f"{s}\t{t}\n" for s, t in pairs[:700]), encoding="utf-8")
+    other_train, _ = tool.write_split(str(tmp_path / "work"), [], str(other))
+    assert os.path.dirname(other_train) != os.path.dirname(train_path)
     read = lambda p: [tuple(line.split("\t")) for line in open(p, encoding="utf-8").read().splitlines()]
     train, dev = read(train_path), read(dev_path)
     config = load_config("small")
