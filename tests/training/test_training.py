@@ -210,3 +210,24 @@ def test_a_run_compiled_with_xla_trains_on_one_batch_shape_per_length_bucket(tmp
                   verbose=0)
     with pytest.raises(ConfigError, match=r"no batch: 20 pairs, and with training.jit_compile .* \(32\) pairs"):
         few.train()
+
+
+def test_a_run_bounded_in_cells_trains_on_batches_within_the_bound(tmp_path):
+    # 13 x 13 x 16 = 2704: the narrow buckets keep all 32 pairs, the wide ones (widths 13-21) take fewer.
+    bound = 2704
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=20, **{"training.batch_cells": bound, **SHALLOW})
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
+    shapes = [(source.shape, target_out.shape) for (source, target_in), target_out in trainer._training_data().take(200)]
+    cells = [s[0] * s[1] * t[1] for s, t in shapes]
+    assert max(cells) <= bound, max(cells)
+    # The bound binds where it should: no batch holds more pairs than its length bucket's share,
+    # bound // width^2 (32, 32, 16, 9 and 6 pairs for widths 5, 9, 13, 17 and 21 ids), and the
+    # wide buckets' full batches hold fewer than training.batch_size.
+    widths = [5, 9, 13, 17, 21]
+    share = {w: min(config.training.batch_size, bound // (w * w)) for w in widths}
+    bucket = [min(w for w in widths if w >= max(s[1], t[1])) for s, t in shapes]
+    assert all(s[0] <= share[w] for (s, t), w in zip(shapes, bucket)), shapes
+    assert {w for (s, t), w in zip(shapes, bucket) if s[0] == share[w] < config.training.batch_size}, shapes
+    result = trainer.train()
+    assert result.step == 20 and result.dev_perplexity < 0.5 * tokenizer.vocab_size, result
