@@ -199,8 +199,7 @@ def test_a_run_compiled_with_xla_trains_on_one_batch_shape_per_length_bucket(tmp
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     assert trainer.model.jit_compile
     # XLA compiles the step once per batch shape: one shape per length bucket, padded to its width.
-    d = config.data
-    widths = list(range(d.bucket_width + 1, d.max_length + 1, d.bucket_width)) + [d.max_length + 1]
+    widths = _bucket_widths(config)
     shapes = {tuple(target_out.shape) for (source, target_in), target_out in trainer._training_data().take(100)}
     assert shapes <= {(config.training.batch_size, width) for width in widths} and len(shapes) > 1, shapes
     result = trainer.train()
@@ -224,10 +223,17 @@ def test_a_run_bounded_in_cells_trains_on_batches_within_the_bound(tmp_path):
     # The bound binds where it should: no batch holds more pairs than its length bucket's share,
     # bound // width^2 (32, 32, 16, 9 and 6 pairs for widths 5, 9, 13, 17 and 21 ids), and the
     # wide buckets' full batches hold fewer than training.batch_size.
-    widths = [5, 9, 13, 17, 21]
+    widths = _bucket_widths(config)
+    assert widths == [5, 9, 13, 17, 21], widths  # the widths the shares above were worked out for
     share = {w: min(config.training.batch_size, bound // (w * w)) for w in widths}
     bucket = [min(w for w in widths if w >= max(s[1], t[1])) for s, t in shapes]
     assert all(s[0] <= share[w] for (s, t), w in zip(shapes, bucket)), shapes
     assert {w for (s, t), w in zip(shapes, bucket) if s[0] == share[w] < config.training.batch_size}, shapes
     result = trainer.train()
     assert result.step == 20 and result.dev_perplexity < 0.5 * tokenizer.vocab_size, result
+
+
+def _bucket_widths(config):
+    """The widest batch of each length bucket, in ids (wordpieces and EOS), as the pipeline buckets."""
+    d = config.data
+    return list(range(d.bucket_width + 1, d.max_length + 1, d.bucket_width)) + [d.max_length + 1]
