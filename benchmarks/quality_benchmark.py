@@ -52,6 +52,8 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from harness import cpu_description
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEER = os.path.join(ROOT, "..", "shared", "peers", "onmtpy", "run.sh")
@@ -298,7 +300,7 @@ def main(argv=None) -> int:
         # The peer runner's shell script does not quote its paths: directories are named without spaces.
         name = re.sub(r"[^A-Za-z0-9._=-]+", "-", f"{args.tag}-{minutes:g}min")
         entry = {"tag": args.tag, "minutes": minutes, "threads": args.threads, "overrides": args.overrides,
-                 "peer_env": peer_env, "date": time.strftime("%Y-%m-%d"),
+                 "peer_env": peer_env, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_description(),
                  "load_average_before": [round(v, 2) for v in os.getloadavg()]}
         if args.note:
             entry["note"] = args.note
@@ -363,6 +365,12 @@ def cross_comparison(entry: Dict, results: Dict, tags: Sequence[str]) -> Dict:
         if _pairs_file(other) != _pairs_file(entry):
             raise SystemExit(f"tag {other['tag']!r} was trained on {_pairs_file(other) or 'the built-in data'}, this "
                              f"run on {_pairs_file(entry) or 'the built-in data'}: their figures do not compare")
+        # Minutes buy steps at the CPU's rate: runs recorded on two different CPUs do not compare.
+        # (Runs recorded before the CPU was, have none and are taken as they are.)
+        if "cpu" in other and "cpu" in entry and other["cpu"] != entry["cpu"]:
+            raise SystemExit(f"tag {other['tag']!r} was trained on another CPU ({_cpu_name(other['cpu'])}) than this "
+                             f"run ({_cpu_name(entry['cpu'])}): the same minutes make other steps, their figures do not "
+                             f"compare; run the peers here")
     ours = entry.get("ours") or next((other["ours"] for other in others if "ours" in other), None)
     peers = dict(entry.get("peers", {}))
     if not peers:
@@ -376,6 +384,10 @@ def cross_comparison(entry: Dict, results: Dict, tags: Sequence[str]) -> Dict:
     if "ours" not in entry:
         del leads["beam_over_greedy"]  # the borrowed run's own figure, recorded with it
     return leads
+
+
+def _cpu_name(cpu: Dict) -> str:
+    return f"{cpu.get('model')}, {'/'.join(cpu.get('flags') or []) or 'no listed flags'}"
 
 
 def compare_recorded(path: str, tag: str, minutes_list: Sequence[float], threads: int,

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from harness import WorkerFailed, run_in_worker_process, write_report
+from harness import WorkerFailed, cpu_description, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -336,6 +336,7 @@ def main(argv=None) -> int:
                         else "one fixed synthetic batch"),
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_description(),
         "threads": args.threads,
         "config": args.config,
         "model": {

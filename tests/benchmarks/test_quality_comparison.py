@@ -83,6 +83,34 @@ def test_runs_on_other_pairs_are_kept_apart_from_built_in_ones_and_do_not_compar
         raise AssertionError("a held-out run was compared with a built-in one")
 
 
+def test_runs_on_two_different_cpus_do_not_compare_and_runs_without_a_recorded_cpu_still_do():
+    tool = load_benchmark("quality_benchmark")
+    fast = {"model": "AMD EPYC", "flags": ["avx2", "avx512f", "avx512_bf16"]}
+    slow = {"model": "AMD EPYC", "flags": ["avx2"]}
+    ours = dict(_run("mine", ours=((45.0, 25.0), (44.0, 24.0))), cpu=slow)
+    results = {"runs": [dict(_run("peer", peers={"lstm": (40.0, 20.0)}), cpu=fast),
+                        _run("older", peers={"lstm": (41.0, 21.0)}),
+                        dict(_run("here", peers={"lstm": (42.0, 22.0)}), cpu=dict(slow))]}
+    try:
+        tool.cross_comparison(ours, results, ["peer"])
+    except SystemExit as stop:
+        assert "another CPU" in str(stop) and "avx512_bf16" in str(stop)
+    else:
+        raise AssertionError("a run on one CPU was compared with a run on another")
+    assert tool.cross_comparison(ours, results, ["here"])["whole_lead_over_lstm"] == 3.0
+    assert tool.cross_comparison(ours, results, ["older"])["whole_lead_over_lstm"] == 4.0
+
+
+def test_cpu_description_names_the_model_and_the_instructions_that_set_a_step_s_speed(tmp_path):
+    harness = load_benchmark("harness")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse avx2 fma avx512f "
+                       "avx512_bf16 avx512vl\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
+    assert harness.cpu_description(str(cpuinfo)) == {"model": "AMD EPYC 7B13",
+                                                     "flags": ["avx2", "avx512f", "avx512_bf16"]}
+    assert harness.cpu_description(str(tmp_path / "absent")) == {"model": None, "flags": None}
+
+
 def test_other_pairs_are_split_by_source_sentence_as_the_trainer_splits_them(tmp_path):
     from gnmt_tf.config import load_config
     from gnmt_tf.data import split_dev
