@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.training.callbacks import DeltaAnnealing, SegmentBoundaries
+from gnmt_tf.training.callbacks import DeltaAnnealing, PeriodicCheckpoint, RunControl, SegmentBoundaries
 from gnmt_tf.training.schedules import DeltaSchedule
 from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
@@ -206,3 +206,38 @@ def test_the_time_limit_waits_until_delta_has_reached_its_end():
     plain.set_model(other)
     plain.on_train_batch_end(0, {"loss": 1.0})
     assert other.stop_training
+
+
+class RecordingWriter:
+    """A checkpoint writer that records the steps it was asked to save."""
+
+    def __init__(self):
+        self.steps = []
+        self.latest_checkpoint = None
+
+    def save(self, checkpoint_number):
+        self.steps.append(checkpoint_number)
+        self.latest_checkpoint = f"ckpt-{checkpoint_number}"
+        return self.latest_checkpoint
+
+
+def test_the_last_state_is_saved_when_fit_ends_and_not_after_a_divergence():
+    """Saved in fit's on_train_end, before fit tears down its data iterator (which can take a minute)."""
+    writer, extra = RecordingWriter(), RecordingWriter()
+    control = RunControl(max_steps=1000, max_minutes=None, last_checkpoint=lambda: writer.latest_checkpoint)
+    checkpointing = PeriodicCheckpoint([writer, extra], every=500, control=control)
+    model = FakeModel(step=499, delta=1.0)
+    checkpointing.set_model(model)
+    checkpointing.on_train_batch_end(0)
+    assert writer.steps == []  # not a checkpoint step
+    control.stop_reason = "signal SIGTERM"
+    checkpointing.on_train_end()
+    assert writer.steps == [499] and extra.steps == [499]
+    assert checkpointing.save(499) == "ckpt-499" and writer.steps == [499]  # the trainer's call after fit: no second save
+
+    writer, extra = RecordingWriter(), RecordingWriter()
+    checkpointing = PeriodicCheckpoint([writer, extra], every=500, control=control)
+    checkpointing.set_model(model.at(512))
+    control.stop_reason = "diverged"
+    checkpointing.on_train_end()
+    assert writer.steps == [] and extra.steps == []
