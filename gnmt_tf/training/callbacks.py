@@ -163,10 +163,10 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         # The run's last state is saved here, inside fit, not after it returns: on return fit tears
-        # down its data iterator, and tf.data (TensorFlow 2.21) then waits for its autotuning thread's
-        # sleep, idle for up to a minute (measured: 16 s after a 30-second run, 55 s after SIGTERM at
-        # 75 s). A second Ctrl-C, or a scheduler's kill after its SIGTERM grace period, in that minute
-        # would lose every step since the last periodic checkpoint.
+        # down its data iterator, which can block. With tf.data's autotuning on (TensorFlow 2.21) it
+        # sat idle there for up to a minute, and a second Ctrl-C or a scheduler's kill after its
+        # SIGTERM grace period in that minute lost every step since the last periodic checkpoint.
+        # make_dataset turns autotuning off; this keeps the save first whatever the data pipeline.
         if self.control.stop_reason != "diverged":
             self.save(current_step(self.model))
 

@@ -220,6 +220,15 @@ def _decoded_pairs(batches):
 PIPE = dict(max_length=20, bucket_width=5, shuffle_buffer=10_000)
 
 
+def test_training_and_evaluation_datasets_have_tf_data_autotuning_off():
+    """With autotuning on, the end of a training run sat idle for up to a minute while fit tore down
+    its iterator (TensorFlow 2.21: the iterator waits out the tuning thread's sleep)."""
+    pairs = _numeric_pairs(200, max_len=10)
+    for training in (True, False):
+        dataset = make_dataset(pairs, toy_tokenize, batch_size=8, seed=1, training=training, repeat=training, **PIPE)
+        assert dataset.options().autotune.enabled is False
+
+
 def test_pipeline_shapes_padding_and_length_filter():
     pairs = _numeric_pairs(1500, max_len=30)
     dataset = make_dataset(pairs, toy_tokenize, batch_size=32, seed=1, **PIPE)
