@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 from helpers import load_benchmark
 
 
@@ -75,12 +77,9 @@ def test_runs_on_other_pairs_are_kept_apart_from_built_in_ones_and_do_not_compar
     held_out = dict(_run("x", ours=((30.0, 20.0), (29.0, 19.0))), pairs={"file": "runs/heldout/catalogs_en_fr.tsv"})
     assert tool._key(built_in) != tool._key(held_out)  # the same tag on other data does not replace the run
     results = {"runs": [_run("peer", peers={"lstm": (40.0, 20.0)})]}
-    try:
+    with pytest.raises(SystemExit) as stop:  # a held-out run does not compare with a built-in one
         tool.cross_comparison(held_out, results, ["peer"])
-    except SystemExit as stop:
-        assert "runs/heldout/catalogs_en_fr.tsv" in str(stop) and "the built-in data" in str(stop)
-    else:
-        raise AssertionError("a held-out run was compared with a built-in one")
+    assert "runs/heldout/catalogs_en_fr.tsv" in str(stop.value) and "the built-in data" in str(stop.value)
 
 
 def test_runs_on_two_different_cpus_do_not_compare_and_runs_without_a_recorded_cpu_still_do():
@@ -91,12 +90,9 @@ def test_runs_on_two_different_cpus_do_not_compare_and_runs_without_a_recorded_c
     results = {"runs": [dict(_run("peer", peers={"lstm": (40.0, 20.0)}), cpu=fast),
                         _run("older", peers={"lstm": (41.0, 21.0)}),
                         dict(_run("here", peers={"lstm": (42.0, 22.0)}), cpu=dict(slow))]}
-    try:
+    with pytest.raises(SystemExit) as stop:  # a run on one CPU does not compare with a run on another
         tool.cross_comparison(ours, results, ["peer"])
-    except SystemExit as stop:
-        assert "another CPU" in str(stop) and "avx512_bf16" in str(stop)
-    else:
-        raise AssertionError("a run on one CPU was compared with a run on another")
+    assert "another CPU" in str(stop.value) and "avx512_bf16" in str(stop.value)
     assert tool.cross_comparison(ours, results, ["here"])["whole_lead_over_lstm"] == 3.0
     assert tool.cross_comparison(ours, results, ["older"])["whole_lead_over_lstm"] == 4.0
 
