@@ -2,7 +2,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# One thread per TensorFlow: the suite runs three xdist workers (and their child processes) on two
+# One thread per TensorFlow: the suite runs two xdist workers (and their child processes) on two
 # cores, and the tiny models here gain nothing from a second thread. Measured on the fixture model's
 # training: 54 s and 61 CPU-seconds single-threaded, 63 s and 78 CPU-seconds with the default two.
 # Before TensorFlow initializes; child processes inherit it.
