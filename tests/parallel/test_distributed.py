@@ -87,15 +87,9 @@ DRIVER = textwrap.dedent(
     from gnmt_tf.training.trainer import Trainer
     from helpers import number_word_pairs
 
-    out = sys.argv[2]
     train_pairs = number_word_pairs(400, seed=1, min_len=1)
     dev_pairs = number_word_pairs(8, seed=2, min_len=1)
     tokenizer = WordpieceTokenizer.learn([s for p in train_pairs for s in p], vocab_size=64, max_characters=60)
-    config = load_config("tiny", overrides={
-        **json.loads(sys.argv[3]), "model.vocab_size": tokenizer.vocab_size, "training.batch_size": 16,
-        "training.max_steps": 8, "training.checkpoint_every": 8, "training.eval_every": 1000,
-        "training.log_every": 4,
-    })
 
     class Record(keras.callbacks.Callback):
         def __init__(self):
@@ -105,7 +99,7 @@ DRIVER = textwrap.dedent(
         def on_train_batch_end(self, batch, logs=None):
             self.steps.append({k: float(logs[k]) for k in ("loss", "target_tokens")})
 
-    def run(name, strategy, weights):
+    def run(out, config, name, strategy, weights):
         keras.utils.set_random_seed(1)
         model_dir = os.path.join(out, name)
         model_files.save_metadata(model_dir, config, tokenizer)
@@ -121,22 +115,31 @@ DRIVER = textwrap.dedent(
         result = trainer.train()
         return start, start_trained, trainer, record.steps, result
 
-    weights, start, default, default_steps, default_result = run("default", None, None)
+    # One comparison per set of overrides (argv[3], a JSON list), in this one process: a TensorFlow
+    # start, and the data and tokenizer, once for all.
     strategy = distribute.strategy_for("mirrored", environ={}, log=lambda m: None)
-    _, _, mirrored, mirrored_steps, mirrored_result = run("mirrored", strategy, weights)
-    trained = lambda trainer: [v.numpy() for v in trainer.model.trainable_variables]
-    end_default, end_mirrored = trained(default), trained(mirrored)
-    print("RESULT " + json.dumps({
-        "replicas": strategy.num_replicas_in_sync,
-        "devices": list(strategy.extended.worker_devices),
-        "precision": [default.product_precision, mirrored.product_precision],
-        "default": default_steps, "mirrored": mirrored_steps,
-        "steps": [default_result.step, mirrored_result.step],
-        "dev_perplexity": [default_result.dev_perplexity, mirrored_result.dev_perplexity],
-        "max_weight_change": max(float(abs(a - b).max()) for a, b in zip(start, end_default)),
-        "max_weight_difference": max(float(abs(a - b).max()) for a, b in zip(end_default, end_mirrored)),
-        "checkpoints": sorted(os.listdir(os.path.join(out, "mirrored", "checkpoints"))),
-    }))
+    for index, overrides in enumerate(json.loads(sys.argv[3])):
+        out = os.path.join(sys.argv[2], str(index))
+        config = load_config("tiny", overrides={
+            **overrides, "model.vocab_size": tokenizer.vocab_size, "training.batch_size": 16,
+            "training.max_steps": 8, "training.checkpoint_every": 8, "training.eval_every": 1000,
+            "training.log_every": 4,
+        })
+        weights, start, default, default_steps, default_result = run(out, config, "default", None, None)
+        _, _, mirrored, mirrored_steps, mirrored_result = run(out, config, "mirrored", strategy, weights)
+        trained = lambda trainer: [v.numpy() for v in trainer.model.trainable_variables]
+        end_default, end_mirrored = trained(default), trained(mirrored)
+        print("RESULT " + json.dumps({
+            "replicas": strategy.num_replicas_in_sync,
+            "devices": list(strategy.extended.worker_devices),
+            "precision": [default.product_precision, mirrored.product_precision],
+            "default": default_steps, "mirrored": mirrored_steps,
+            "steps": [default_result.step, mirrored_result.step],
+            "dev_perplexity": [default_result.dev_perplexity, mirrored_result.dev_perplexity],
+            "max_weight_change": max(float(abs(a - b).max()) for a, b in zip(start, end_default)),
+            "max_weight_difference": max(float(abs(a - b).max()) for a, b in zip(end_default, end_mirrored)),
+            "checkpoints": sorted(os.listdir(os.path.join(out, "mirrored", "checkpoints"))),
+        }))
     """
 )
 
@@ -324,15 +327,36 @@ def test_tpu_strategy_reaches_the_resolver_and_fails_clearly(tmp_path, monkeypat
 
 
 # ------------------------------------------------------------------------------ mirrored
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(tmp_path, children, precision):
+PRECISIONS = ("float32", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def mirrored_comparisons(tmp_path_factory):
+    """The driver's comparisons of the default strategy and mirrored, one per product precision, run in
+    one child (one TensorFlow start for both): {precision: result}."""
+    tmp_path = tmp_path_factory.mktemp("mirrored")
+    argv = _driver(tmp_path) + ["compare", str(tmp_path), json.dumps(
+        [{**SHALLOW, "training.product_precision": precision} for precision in PRECISIONS])]
+    with open(tmp_path / "compare.log", "w") as log:
+        process = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        process.log_path = tmp_path / "compare.log"
+        try:
+            assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in _log(process).splitlines()
+               if line.startswith("RESULT ")]
+    assert len(results) == len(PRECISIONS), _log(process)[-3000:]
+    return dict(zip(PRECISIONS, results))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(mirrored_comparisons, precision):
     # bfloat16: the products' operands are rounded the same way in each replica as on one device,
     # so the replicas still follow the default strategy (training.product_precision).
-    overrides = {**SHALLOW, "training.product_precision": precision}
-    argv = _driver(tmp_path) + ["compare", str(tmp_path), json.dumps(overrides)]
-    process = children(argv, _env(), tmp_path / "compare.log")
-    assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
-    result = json.loads(_log(process).split("RESULT ", 1)[1].splitlines()[0])
+    result = mirrored_comparisons[precision]
     assert result["replicas"] == 2 and len(result["devices"]) == 2 and result["devices"][0] != result["devices"][1]
     assert result["steps"] == [8, 8]
     assert result["precision"] == [precision, precision]
