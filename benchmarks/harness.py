@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 # The instructions that decide a training step's speed here: float32 products run on AVX2 or AVX-512,
@@ -40,8 +40,10 @@ class WorkerFailed(RuntimeError):
     """A worker process exited with an error (its stderr tail is the message)."""
 
 
-def run_in_worker_process(script: str, threads: int, worker_args: List[str], timeout: float = 7200) -> Tuple[Any, Dict]:
-    """Run one worker; returns (its JSON answer, the run's duration and load averages).
+def run_in_worker_process(script: str, threads: int, worker_args: List[str], timeout: float = 7200,
+                          env: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict]:
+    """Run one worker, with ``env`` added to this process' environment; returns (its JSON answer, the
+    run's duration and load averages).
 
     The load average (1, 5, 15 min) before and after is recorded because other
     processes on the machine skew timings (it includes the worker's own threads).
@@ -49,7 +51,8 @@ def run_in_worker_process(script: str, threads: int, worker_args: List[str], tim
     command = [sys.executable, os.path.abspath(script), "--worker", "--threads", str(threads), *worker_args]
     print(f"measuring with {threads} thread(s) ...", file=sys.stderr, flush=True)
     load_before, started = os.getloadavg(), time.time()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
     if done.returncode != 0:
         raise WorkerFailed(done.stderr[-3000:])
     answer = json.loads(done.stdout.strip().splitlines()[-1])

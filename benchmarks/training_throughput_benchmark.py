@@ -21,6 +21,8 @@ Schemes, each in its own worker process (logical devices are fixed per process):
 * ``xla``: one device, the step compiled with XLA (``training.jit_compile``);
 * ``bfloat16``: one device, the large products from bfloat16 operands
   (``training.product_precision: bfloat16``);
+* ``onednn_off``: as ``default``, with TensorFlow's own kernels instead of oneDNN's
+  (``TF_ENABLE_ONEDNN_OPTS=0`` in the worker's environment);
 * ``baseline``: one device, as ``default`` but with the code and the config of another checkout
   (``--baseline DIR``, e.g. ``git worktree add --detach /tmp/old c53d5df``): old against new, in one
   sitting, on the same batch.
@@ -51,8 +53,10 @@ from harness import WorkerFailed, cpu_description, run_in_worker_process, write_
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16", "baseline")
-ONE_DEVICE = ("default", "xla", "bfloat16", "baseline")
+SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16", "onednn_off", "baseline")
+ONE_DEVICE = ("default", "xla", "bfloat16", "onednn_off", "baseline")
+# Schemes that differ from ``default`` only in their worker's environment (read when TensorFlow loads).
+WORKER_ENVIRONMENT = {"onednn_off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
 
 
 def parse_args(argv=None):
@@ -268,6 +272,7 @@ def run_worker(args) -> dict:
         "loss_after": round(float(history.history["loss"][-1]), 4),
         "jit_compile": scheme == "xla",
         "product_precision": "bfloat16" if scheme == "bfloat16" else "float32",
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),  # "0": TensorFlow's own kernels
         "source_tokens_per_batch": round(source_tokens / args.steps, 1),  # real batches: their mean
         "target_tokens_per_batch": round(target_tokens / args.steps, 1),
         "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
@@ -300,7 +305,8 @@ def main(argv=None) -> int:
         for scheme in order:
             print(f"round {round_number + 1}, scheme {scheme}:", file=sys.stderr, flush=True)
             try:
-                answer, info = run_in_worker_process(__file__, args.threads, [*common, "--scheme", scheme], timeout=1800)
+                answer, info = run_in_worker_process(__file__, args.threads, [*common, "--scheme", scheme], timeout=1800,
+                                                     env=WORKER_ENVIRONMENT.get(scheme))
             except WorkerFailed as err:
                 print(err, file=sys.stderr)
                 return 1

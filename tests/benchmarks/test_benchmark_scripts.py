@@ -26,3 +26,17 @@ def test_benchmark_script_loads_and_prints_its_usage(name, capsys):
         tool.main(["--help"])
     assert stopped.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_a_worker_runs_with_the_environment_its_scheme_asks_for(tmp_path):
+    """A scheme such as the throughput benchmark's onednn_off differs only in its worker's environment,
+    which TensorFlow reads as it loads: the worker process must start with it, and others without."""
+    harness = load_benchmark("harness")
+    script = tmp_path / "worker.py"
+    script.write_text("import json, os\nprint(json.dumps([os.environ.get('TF_ENABLE_ONEDNN_OPTS'), "
+                      "os.environ.get('PATH') is not None]))\n")
+    answer, info = harness.run_in_worker_process(str(script), 1, [], env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert answer == ["0", True]  # the scheme's variable, and the rest of the environment kept
+    answer, _ = harness.run_in_worker_process(str(script), 1, [])
+    assert answer == [os.environ.get("TF_ENABLE_ONEDNN_OPTS"), True]
+    assert info["threads"] == 1
