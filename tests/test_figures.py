@@ -1,4 +1,4 @@
-"""Every measured figure of the README and docs/ names the results file and key it comes from.
+"""Every measured figure of the README, docs/ and benchmarks/README.md names the results file and key it comes from.
 
 A figure is cited as a Markdown link to a file under benchmarks/results/ whose title is the key path
 of the value, e.g. ``[16.5](benchmarks/results/quality.json "runs[3].ours.decodings['greedy'].whole.bleu")``.
@@ -26,9 +26,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+PAGES = ([os.path.join(ROOT, "README.md"), os.path.join(ROOT, "benchmarks", "README.md")]
+         + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))))
 
-CITATION = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*benchmarks/results/[\w./-]+\.json) "([^"\n]+)"\)')
+# The target is relative to the page: benchmarks/results/... from the README, ../benchmarks/results/...
+# from docs/, results/... from benchmarks/README.md.
+CITATION = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*(?:benchmarks/)?results/[\w./-]+\.json) "([^"\n]+)"\)')
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 SELECTOR_FIELD = r"[\w-]+=(?:'[^']*'|[^,\]']*)"
 KEY_PART = re.compile(rf"\.?([A-Za-z_][\w-]*)|\['([^']*)'\]|\[(\d+)\]|\[({SELECTOR_FIELD}(?:,{SELECTOR_FIELD})*)\]")
@@ -150,7 +153,7 @@ def test_the_docs_cite_their_figures():
     assert {os.path.basename(c.path) for c in ALL} >= {"quality.json", "artifacts_trained.json"}
 
 
-@pytest.mark.parametrize("citation", ALL, ids=[f"{os.path.basename(c.page)}:{c.line}" for c in ALL])
+@pytest.mark.parametrize("citation", ALL, ids=[f"{os.path.relpath(c.page, ROOT)}:{c.line}" for c in ALL])
 def test_cited_figure_is_in_its_results_file(citation):
     problem = check(citation)
     assert problem is None, problem
