@@ -13,6 +13,7 @@ Every child process ends by itself: a watchdog thread in it exits after a bound,
 waits with timeouts, and a finally kills whatever is left.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -144,9 +145,9 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def children():
-    """Start child processes; every one is killed at the end of the test if still running."""
+@contextlib.contextmanager
+def child_processes():
+    """``start(argv, env, log_path)`` starts a child process; every one is killed on exit if still running."""
     started = []
 
     def start(argv, env, log_path):
@@ -156,14 +157,23 @@ def children():
         started.append((process, handle))
         return process
 
-    yield start
-    for process, handle in started:
-        if process.poll() is None:
-            process.kill()
-        try:
-            process.wait(timeout=30)
-        finally:
-            handle.close()
+    try:
+        yield start
+    finally:
+        for process, handle in started:
+            if process.poll() is None:
+                process.kill()
+            try:
+                process.wait(timeout=30)
+            finally:
+                handle.close()
+
+
+@pytest.fixture
+def children():
+    """Start child processes; every one is killed at the end of the test if still running."""
+    with child_processes() as start:
+        yield start
 
 
 def _env(**extra):
@@ -337,15 +347,9 @@ def mirrored_comparisons(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("mirrored")
     argv = _driver(tmp_path) + ["compare", str(tmp_path), json.dumps(
         [{**SHALLOW, "training.product_precision": precision} for precision in PRECISIONS])]
-    with open(tmp_path / "compare.log", "w") as log:
-        process = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-        process.log_path = tmp_path / "compare.log"
-        try:
-            assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
+    with child_processes() as start:
+        process = start(argv, _env(), tmp_path / "compare.log")
+        assert _wait(process, CHILD_SECONDS + 10) == 0, _log(process)[-3000:]
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in _log(process).splitlines()
                if line.startswith("RESULT ")]
     assert len(results) == len(PRECISIONS), _log(process)[-3000:]
