@@ -305,8 +305,8 @@ def main(argv=None) -> int:
         for scheme in order:
             print(f"round {round_number + 1}, scheme {scheme}:", file=sys.stderr, flush=True)
             try:
-                answer, info = run_in_worker_process(__file__, args.threads, [*common, "--scheme", scheme], timeout=1800,
-                                                     env=WORKER_ENVIRONMENT.get(scheme))
+                answer, info = run_in_worker_process(__file__, args.threads, [*common, "--scheme", scheme],
+                                                     timeout=1800, env=WORKER_ENVIRONMENT.get(scheme))
             except WorkerFailed as err:
                 print(err, file=sys.stderr)
                 return 1

@@ -1,4 +1,4 @@
-"""Every measured figure of the README, docs/ and benchmarks/README.md names the results file and key it comes from.
+"""Every measured figure of the README, docs/ and benchmarks/README.md names its results file and key.
 
 A figure is cited as a Markdown link to a file under benchmarks/results/ whose title is the key path
 of the value, e.g. ``[16.5](benchmarks/results/quality.json "runs[3].ours.decodings['greedy'].whole.bleu")``.

@@ -81,9 +81,8 @@ class RunControl(keras.callbacks.Callback):
     def _on_signal(self, signum, frame):
         name = signal.Signals(signum).name
         if self.stop_reason and self.stop_reason.startswith("signal"):
-            raise KeyboardInterrupt(
-                f"second {name}: stopping at once; the last checkpoint is {self.last_checkpoint() or '(none yet)'}"
-            )
+            last = self.last_checkpoint() or "(none yet)"
+            raise KeyboardInterrupt(f"second {name}: stopping at once; the last checkpoint is {last}")
         self.stop_reason = f"signal {name}"
         if self.model is not None and not self.synchronized:
             self.model.stop_training = True

@@ -225,7 +225,8 @@ def test_training_and_evaluation_datasets_have_tf_data_autotuning_off():
     its iterator (TensorFlow 2.21: the iterator waits out the tuning thread's sleep)."""
     pairs = _numeric_pairs(200, max_len=10)
     for training in (True, False):
-        dataset = make_dataset(pairs, toy_tokenize, batch_size=8, seed=1, training=training, repeat=training, **PIPE)
+        dataset = make_dataset(pairs, toy_tokenize, batch_size=8, seed=1, training=training, repeat=training,
+                               **PIPE)
         assert dataset.options().autotune.enabled is False
 
 

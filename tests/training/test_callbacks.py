@@ -233,7 +233,8 @@ def test_the_last_state_is_saved_when_fit_ends_and_not_after_a_divergence():
     control.stop_reason = "signal SIGTERM"
     checkpointing.on_train_end()
     assert writer.steps == [499] and extra.steps == [499]
-    assert checkpointing.save(499) == "ckpt-499" and writer.steps == [499]  # the trainer's call after fit: no second save
+    # the trainer's call after fit: no second save
+    assert checkpointing.save(499) == "ckpt-499" and writer.steps == [499]
 
     writer, extra = RecordingWriter(), RecordingWriter()
     checkpointing = PeriodicCheckpoint([writer, extra], every=500, control=control)
