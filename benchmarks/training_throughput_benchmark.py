@@ -33,6 +33,10 @@ trainer makes them (``make_dataset`` with the config's batching and seed), in wo
 default run in MODEL_DIR. Every scheme steps through the same batches, whose lengths vary as a run's
 do, and the mean step counts.
 
+``--set KEY=VALUE`` overrides a config field for the real batches and every scheme's model, e.g.
+``--set data.bucket_width=1``: the same code stepping through batches made another way (compare the
+real tokens per second of two such commands, since their batches differ).
+
 Logical CPU devices share the process' thread pools and the machine's cores, so
 on a CPU machine they add no compute: what this measures there is the overhead
 (or the inter-op overlap) of each scheme, not the multi-GPU speed-ups of the papers.
@@ -62,6 +66,9 @@ WORKER_ENVIRONMENT = {"onednn_off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--config", default="small", help="shipped config name or YAML path")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field (repeatable), e.g. data.bucket_width=1: for the real batches "
+                             "and every scheme's model; recorded with the results")
     parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=[s for s in SCHEMES if s != "baseline"])
     parser.add_argument("--baseline", metavar="DIR", help="a checkout of an older commit, timed as scheme 'baseline'")
     parser.add_argument("--batch", type=int, default=None, help="sentence pairs per step (default: training.batch_size)")
@@ -121,17 +128,18 @@ def synthetic_batch(np, rng, batch, min_length, max_length, vocab_size):
     return source, target_in, target_out
 
 
-def save_real_batches(model_dir: str, config_name: str, count: int, path: str) -> int:
-    """The first ``count`` training batches of the built-in data as the trainer makes them, in the
-    wordpieces of ``model_dir``, saved to ``path`` (npz); returns the vocabulary size."""
+def save_real_batches(model_dir: str, config_name: str, count: int, path: str, overrides=()) -> int:
+    """The first ``count`` training batches of the built-in data as the trainer makes them (the config
+    ``config_name`` with ``overrides``, ``--set`` pairs), in the wordpieces of ``model_dir``, saved to
+    ``path`` (npz); returns the vocabulary size."""
     import numpy as np
 
     from gnmt_tf import model_files
-    from gnmt_tf.config import load_config
+    from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import make_dataset, split_dev
     from gnmt_tf.data.catalogs import load_catalog_pairs
 
-    config = load_config(config_name)
+    config = load_config(config_name, parse_overrides(list(overrides)))
     t, d = config.training, config.data
     tokenizer = model_files.read_tokenizer(model_dir)
     pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
@@ -162,7 +170,7 @@ def run_worker(args) -> dict:
     if scheme not in ONE_DEVICE:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
-    from gnmt_tf.config import ParallelConfig, load_config
+    from gnmt_tf.config import ParallelConfig, load_config, parse_overrides
     from gnmt_tf.models.losses import SequenceCrossEntropy
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.training.optimizer import AdamThenSGD
@@ -174,7 +182,7 @@ def run_worker(args) -> dict:
     if not os.path.abspath(gnmt_tf.__file__).startswith(code + os.sep):
         raise RuntimeError(f"imported {gnmt_tf.__file__}, not the package in {code}")
 
-    config = load_config(args.config)
+    config = load_config(args.config, parse_overrides(args.overrides))  # the baseline: with its own code's parser
     batch = args.batch or config.training.batch_size
     if args.batches:
         saved = np.load(args.batches)
@@ -286,17 +294,21 @@ def main(argv=None) -> int:
         print(json.dumps(run_worker(args)))
         return 0
     sys.path.insert(0, ROOT)
-    from gnmt_tf.config import load_config
+    from gnmt_tf.config import ConfigError, load_config, parse_overrides
 
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config, parse_overrides(args.overrides))
+    except ConfigError as err:  # refused before any worker starts
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     batch = args.batch or config.training.batch_size
-    common = ["--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
+    common = [*(f"--set={pair}" for pair in args.overrides), "--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
               "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
               "--devices", str(args.devices)] + (["--baseline", args.baseline] if args.baseline else [])
     if args.real_batches:
         scratch = tempfile.TemporaryDirectory(prefix="real_batches")  # removed when the measurement ends
         batches_path = os.path.join(scratch.name, "batches.npz")
-        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path)
+        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path, args.overrides)
         common += ["--batches", batches_path]
     runs = {scheme: [] for scheme in args.schemes}
     for round_number in range(args.rounds):
@@ -345,6 +357,7 @@ def main(argv=None) -> int:
         "cpu": cpu_description(),
         "threads": args.threads,
         "config": args.config,
+        "overrides": args.overrides,
         "model": {
             "vocab_size": model.vocab_size, "units": model.units, "encoder_layers": model.encoder_layers,
             "decoder_layers": model.decoder_layers, "attention_units": model.attention_units,

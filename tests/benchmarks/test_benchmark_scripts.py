@@ -40,3 +40,16 @@ def test_a_worker_runs_with_the_environment_its_scheme_asks_for(tmp_path):
     answer, _ = harness.run_in_worker_process(str(script), 1, [])
     assert answer == [os.environ.get("TF_ENABLE_ONEDNN_OPTS"), True]
     assert info["threads"] == 1
+
+
+def test_the_throughput_benchmark_applies_its_overrides_before_any_worker_starts(monkeypatch, capsys):
+    """``--set`` changes the config the batches and the models are made from: a value the config
+    refuses stops the command with the config's message, and no worker is started."""
+    tool = load_benchmark("training_throughput_benchmark")
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker started")
+
+    monkeypatch.setattr(tool, "run_in_worker_process", no_worker)
+    assert tool.main(["--schemes", "default", "--set", "data.bucket_width=0"]) == 2
+    assert "bucket_width" in capsys.readouterr().err
