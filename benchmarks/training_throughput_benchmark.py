@@ -67,8 +67,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("--config", default="small", help="shipped config name or YAML path")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field (repeatable), e.g. data.bucket_width=1: for the real batches "
-                             "and every scheme's model; recorded with the results")
+                        help="override a config field (repeatable), e.g. data.bucket_width=1: for the real "
+                             "batches and every scheme's model; recorded with the results")
     parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=[s for s in SCHEMES if s != "baseline"])
     parser.add_argument("--baseline", metavar="DIR", help="a checkout of an older commit, timed as scheme 'baseline'")
     parser.add_argument("--batch", type=int, default=None, help="sentence pairs per step (default: training.batch_size)")
@@ -182,7 +182,8 @@ def run_worker(args) -> dict:
     if not os.path.abspath(gnmt_tf.__file__).startswith(code + os.sep):
         raise RuntimeError(f"imported {gnmt_tf.__file__}, not the package in {code}")
 
-    config = load_config(args.config, parse_overrides(args.overrides))  # the baseline: with its own code's parser
+    # The baseline parses the overrides with its own code's parser.
+    config = load_config(args.config, parse_overrides(args.overrides))
     batch = args.batch or config.training.batch_size
     if args.batches:
         saved = np.load(args.batches)
@@ -302,13 +303,15 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     batch = args.batch or config.training.batch_size
-    common = [*(f"--set={pair}" for pair in args.overrides), "--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
+    common = [*(f"--set={pair}" for pair in args.overrides),
+              "--config", args.config, "--batch", str(batch), "--min-length", str(args.min_length),
               "--max-length", str(args.max_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
               "--devices", str(args.devices)] + (["--baseline", args.baseline] if args.baseline else [])
     if args.real_batches:
         scratch = tempfile.TemporaryDirectory(prefix="real_batches")  # removed when the measurement ends
         batches_path = os.path.join(scratch.name, "batches.npz")
-        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path, args.overrides)
+        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path,
+                          args.overrides)
         common += ["--batches", batches_path]
     runs = {scheme: [] for scheme in args.schemes}
     for round_number in range(args.rounds):
