@@ -128,18 +128,16 @@ def synthetic_batch(np, rng, batch, min_length, max_length, vocab_size):
     return source, target_in, target_out
 
 
-def save_real_batches(model_dir: str, config_name: str, count: int, path: str, overrides=()) -> int:
-    """The first ``count`` training batches of the built-in data as the trainer makes them (the config
-    ``config_name`` with ``overrides``, ``--set`` pairs), in the wordpieces of ``model_dir``, saved to
-    ``path`` (npz); returns the vocabulary size."""
+def save_real_batches(model_dir: str, config, count: int, path: str) -> int:
+    """The first ``count`` training batches of the built-in data as the trainer makes them with ``config``
+    (its ``--set`` overrides applied), in the wordpieces of ``model_dir``, saved to ``path`` (npz); returns
+    the vocabulary size."""
     import numpy as np
 
     from gnmt_tf import model_files
-    from gnmt_tf.config import load_config, parse_overrides
     from gnmt_tf.data import make_dataset, split_dev
     from gnmt_tf.data.catalogs import load_catalog_pairs
 
-    config = load_config(config_name, parse_overrides(list(overrides)))
     t, d = config.training, config.data
     tokenizer = model_files.read_tokenizer(model_dir)
     pairs, _ = load_catalog_pairs(target_lang="fr", source_lang="en")
@@ -310,8 +308,7 @@ def main(argv=None) -> int:
     if args.real_batches:
         scratch = tempfile.TemporaryDirectory(prefix="real_batches")  # removed when the measurement ends
         batches_path = os.path.join(scratch.name, "batches.npz")
-        save_real_batches(args.real_batches, args.config, args.warmup + args.steps, batches_path,
-                          args.overrides)
+        save_real_batches(args.real_batches, config, args.warmup + args.steps, batches_path)
         common += ["--batches", batches_path]
     runs = {scheme: [] for scheme in args.schemes}
     for round_number in range(args.rounds):
