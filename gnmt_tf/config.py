@@ -23,7 +23,7 @@ import difflib
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import yaml
 
@@ -590,9 +590,25 @@ def _builtin_config_dir() -> str:
 def load_config(path: str, overrides: Optional[Dict[str, Any]] = None) -> GNMTConfig:
     """Load and validate a YAML config (a path or a shipped config's name).
 
+    A file may start from another config with a top-level ``base:`` (a shipped config's name, or a
+    path, relative to the file's folder): the fields it sets replace the base's, one by one.
     ``overrides`` maps dotted keys to values, e.g. ``{"model.units": 512}``.
     """
     path = resolve_config_path(path)
+    raw = _read_config_file(path, chain=())
+    try:
+        return from_dict(raw, overrides=overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _read_config_file(path: str, chain: Tuple[str, ...]) -> Dict[str, Any]:
+    """The sections of the YAML file at ``path``, with its ``base:`` chain merged in, field by field.
+
+    ``chain``: the files that named this one as their base, to refuse a loop."""
+    if os.path.abspath(path) in chain:
+        names = [os.path.basename(link) for link in (*chain, os.path.abspath(path))]
+        raise ConfigError(f"{path}: its base: chain comes back to itself ({' -> '.join(names)})")
     try:
         with open(path, encoding="utf-8") as handle:
             raw = yaml.safe_load(handle)
@@ -602,10 +618,27 @@ def load_config(path: str, overrides: Optional[Dict[str, Any]] = None) -> GNMTCo
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if raw is None:
         raw = {}
+    if not isinstance(raw, dict) or "base" not in raw:
+        return raw
+    raw = dict(raw)
+    base = raw.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base: must name a shipped config or a YAML file, got {base!r}")
+    beside = os.path.join(os.path.dirname(path), base)
     try:
-        return from_dict(raw, overrides=overrides)
+        base_path = resolve_config_path(beside if os.path.exists(beside) else base)
+        merged = _read_config_file(base_path, chain + (os.path.abspath(path),))
     except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
+        raise ConfigError(f"{path}: base: {err}") from None
+    if not isinstance(merged, dict):
+        raise ConfigError(f"{path}: base: {base_path}: a config must be a mapping of sections")
+    merged = {key: (dict(value) if isinstance(value, dict) else value) for key, value in merged.items()}
+    for section, values in raw.items():
+        if isinstance(values, dict) and isinstance(merged.get(section), dict):
+            merged[section].update(values)
+        else:
+            merged[section] = values
+    return merged
 
 
 def from_dict(raw: Any, overrides: Optional[Dict[str, Any]] = None) -> GNMTConfig:

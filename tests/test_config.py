@@ -25,9 +25,15 @@ def test_every_shipped_config_loads_and_validates(path):
     # every value in the file is what the loaded config holds.
     with open(path) as handle:
         raw = yaml.safe_load(handle)
+    base = load_config(raw.pop("base")) if "base" in raw else GNMTConfig()
     for section, values in raw.items():
         for key, value in values.items():
             assert getattr(getattr(config, section), key) == value, f"{section}.{key}"
+    # What the file leaves out is its base's (or the default).
+    for section, values in base.to_dict().items():
+        for key, value in values.items():
+            if key not in raw.get(section, {}):
+                assert getattr(getattr(config, section), key) == value, f"{section}.{key}"
 
 
 def test_shipped_names_resolve():
@@ -48,6 +54,34 @@ def test_paper_configs_hold_the_papers_numbers():
         assert (t.decay_start, t.decay_interval, t.decay_count) == (1200000, 200000, 4)
         assert t.batch_size == 128 and t.clip_norm == 5.0
         assert (d.alpha, d.beta, d.beamsize) == (0.2, 0.2, 3.0) and 4 <= d.beam_width <= 12
+
+
+def test_a_base_config_is_overridden_field_by_field(tmp_path):
+    (tmp_path / "parent.yaml").write_text("base: tiny\nmodel:\n  units: 48\n  dropout: 0.1\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: parent.yaml\nmodel:\n  dropout: 0.3\ntraining:\n  batch_size: 5\n")
+    config, tiny = load_config(str(child)), load_config("tiny")
+    assert (config.model.units, config.model.dropout, config.training.batch_size) == (48, 0.3, 5)
+    expected = tiny.replace(**{"model.units": 48, "model.dropout": 0.3, "training.batch_size": 5})
+    assert config == expected
+    # --set still comes last.
+    assert load_config(str(child), overrides={"model.dropout": 0.0}).model.dropout == 0.0
+
+
+@pytest.mark.parametrize("files, fragment", [
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "base: a.yaml\n"},
+     "its base: chain comes back to itself (a.yaml -> b.yaml -> a.yaml)"),
+    ({"a.yaml": "base: nope\n"}, "base: no config file or shipped config named 'nope'"),
+    ({"a.yaml": "base: [small]\n"}, "base: must name a shipped config or a YAML file, got ['small']"),
+    ({"a.yaml": "base: tiny\nmodel:\n  unitz: 3\n"}, "model.unitz"),
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "- 1\n"}, "b.yaml: a config must be a mapping of sections"),
+])
+def test_a_bad_base_is_refused_with_the_file_named(tmp_path, files, fragment):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "a.yaml"))
+    assert fragment in str(err.value) and str(tmp_path / "a.yaml") in str(err.value)
 
 
 def test_typo_in_a_key_is_named(tmp_path):
@@ -154,3 +188,4 @@ def test_every_field_is_documented():
     for section in dataclasses.fields(GNMTConfig):
         for f in dataclasses.fields(section.default_factory()):
             assert field_doc(section.name, f.name), f"{section.name}.{f.name} has no doc"
+

@@ -111,7 +111,9 @@ def configuration_page() -> str:
         "",
         "A config is a YAML file of up to six sections, or the name of a shipped config "
         f"({', '.join(f'`{name}`' for name in names)}: the files `configs/NAME.yaml`). "
-        "A field the file leaves out has its default. `gnmt-train --config NAME` reads one, and "
+        "A field the file leaves out has its default, or, when the file starts with `base: NAME` (a shipped "
+        "config, or a file beside it), that config's value: such a file holds only the fields it changes. "
+        "`gnmt-train --config NAME` reads one, and "
         "`--set section.field=value` overrides one field (the value as YAML: `null`, `true`, `0.5`); both "
         "are validated strictly: an unknown field or a value of the wrong type or range is refused with the "
         "field's dotted name. A trained model directory keeps the config it was trained with, and the "
