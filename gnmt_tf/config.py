@@ -632,7 +632,7 @@ def _read_config_file(path: str, chain: Tuple[str, ...]) -> Dict[str, Any]:
         raise ConfigError(f"{path}: base: {err}") from None
     if not isinstance(merged, dict):
         raise ConfigError(f"{path}: base: {base_path}: a config must be a mapping of sections")
-    merged = {key: (dict(value) if isinstance(value, dict) else value) for key, value in merged.items()}
+    merged = _copy_sections(merged)
     for section, values in raw.items():
         if isinstance(values, dict) and isinstance(merged.get(section), dict):
             merged[section].update(values)
@@ -641,11 +641,16 @@ def _read_config_file(path: str, chain: Tuple[str, ...]) -> Dict[str, Any]:
     return merged
 
 
+def _copy_sections(raw: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of a config's sections that a merge or an override can change without touching ``raw``."""
+    return {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
+
+
 def from_dict(raw: Any, overrides: Optional[Dict[str, Any]] = None) -> GNMTConfig:
     """Build a validated :class:`GNMTConfig` from nested dicts (as read from YAML)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"a config must be a mapping of sections, got {type(raw).__name__}")
-    raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
+    raw = _copy_sections(raw)
     for dotted, value in (overrides or {}).items():
         section, _, name = dotted.partition(".")
         if not name:
