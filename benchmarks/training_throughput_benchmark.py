@@ -25,7 +25,9 @@ Schemes, each in its own worker process (logical devices are fixed per process):
   (``TF_ENABLE_ONEDNN_OPTS=0`` in the worker's environment);
 * ``baseline``: one device, as ``default`` but with the code and the config of another checkout
   (``--baseline DIR``, e.g. ``git worktree add --detach /tmp/old c53d5df``): old against new, in one
-  sitting, on the same batch.
+  sitting, on the same batch;
+* ``baseline_bfloat16``: as ``baseline`` with bfloat16 products, as ``bfloat16``, for a checkout that
+  has them (a change timed against its parent in the precision ``small`` trains in on a bfloat16 CPU).
 
 With ``--real-batches MODEL_DIR`` the steps read real batches instead of the fixed synthetic one: the
 first training batches of the built-in data (the English->French catalogs' training split) as the
@@ -57,8 +59,10 @@ from harness import WorkerFailed, cpu_description, run_in_worker_process, write_
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16", "onednn_off", "baseline")
-ONE_DEVICE = ("default", "xla", "bfloat16", "onednn_off", "baseline")
+SCHEMES = ("default", "mirrored", "model", "hybrid", "xla", "bfloat16", "onednn_off", "baseline",
+           "baseline_bfloat16")
+ONE_DEVICE = ("default", "xla", "bfloat16", "onednn_off", "baseline", "baseline_bfloat16")
+BASELINE = ("baseline", "baseline_bfloat16")  # the schemes that run the code of --baseline DIR
 # Schemes that differ from ``default`` only in their worker's environment (read when TensorFlow loads).
 WORKER_ENVIRONMENT = {"onednn_off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
 
@@ -69,8 +73,11 @@ def parse_args(argv=None):
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field (repeatable), e.g. data.bucket_width=1: for the real "
                              "batches and every scheme's model; recorded with the results")
-    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=[s for s in SCHEMES if s != "baseline"])
-    parser.add_argument("--baseline", metavar="DIR", help="a checkout of an older commit, timed as scheme 'baseline'")
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES,
+                        default=[s for s in SCHEMES if s not in BASELINE])
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="a checkout of an older commit, timed as scheme 'baseline' "
+                             "(or 'baseline_bfloat16')")
     parser.add_argument("--batch", type=int, default=None, help="sentence pairs per step (default: training.batch_size)")
     parser.add_argument("--min-length", type=int, default=15, help="shortest source/target, in wordpieces")
     parser.add_argument("--max-length", type=int, default=30, help="longest source/target, in wordpieces")
@@ -90,8 +97,8 @@ def parse_args(argv=None):
     parser.add_argument("--output", default=os.path.join(HERE, "results", "training_throughput.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if not args.worker and ("baseline" in args.schemes) != (args.baseline is not None):
-        parser.error("scheme 'baseline' and --baseline DIR go together")
+    if not args.worker and any(s in BASELINE for s in args.schemes) != (args.baseline is not None):
+        parser.error("scheme 'baseline' (or 'baseline_bfloat16') and --baseline DIR go together")
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "gnmt_tf")):
         parser.error(f"--baseline {args.baseline}: no gnmt_tf package there")
     if args.real_batches is not None and not os.path.exists(os.path.join(args.real_batches, "wordpieces.txt")):
@@ -157,7 +164,7 @@ def save_real_batches(model_dir: str, config, count: int, path: str) -> int:
 def run_worker(args) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     scheme = args.scheme
-    code = os.path.abspath(args.baseline) if scheme == "baseline" else ROOT
+    code = os.path.abspath(args.baseline) if scheme in BASELINE else ROOT
     sys.path.insert(0, code)
     import numpy as np
     import tensorflow as tf
@@ -209,7 +216,8 @@ def run_worker(args) -> dict:
             from gnmt_tf.training.precision import training_transform
 
             model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
-                          weight_transform=training_transform("bfloat16" if scheme == "bfloat16" else "float32", None))
+                          weight_transform=training_transform(
+                              "bfloat16" if scheme in ("bfloat16", "baseline_bfloat16") else "float32", None))
 
     if args.batches:
         def dataset_of(chosen):
@@ -344,9 +352,11 @@ def main(argv=None) -> int:
         row["cpu_ratio_to_default"] = (
             round(row["source_tokens_per_cpu_second"] / default["source_tokens_per_cpu_second"], 3) if default else None
         )
-    baseline = next((r for r in rows if r["scheme"] == "baseline"), None)
-    for row in rows if baseline else ():  # old against new: the speed-up of each scheme over the older code
-        row["ratio_to_baseline"] = round(row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
+    for name in BASELINE:  # old against new: the speed-up of each scheme over the older code
+        baseline = next((r for r in rows if r["scheme"] == name), None)
+        for row in rows if baseline else ():
+            row[f"ratio_to_{name}"] = round(
+                row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
     model = config.model
     report = {
         "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, "

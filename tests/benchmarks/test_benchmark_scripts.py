@@ -53,3 +53,16 @@ def test_the_throughput_benchmark_applies_its_overrides_before_any_worker_starts
     monkeypatch.setattr(tool, "run_in_worker_process", no_worker)
     assert tool.main(["--schemes", "default", "--set", "data.bucket_width=0"]) == 2
     assert "bucket_width" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scheme", ["baseline", "baseline_bfloat16"])
+def test_the_throughput_benchmark_times_older_code_only_with_its_checkout(scheme, capsys):
+    """A scheme that runs another checkout's code needs ``--baseline DIR``, and ``--baseline`` needs one."""
+    tool = load_benchmark("training_throughput_benchmark")
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--schemes", "default", scheme])
+    assert "--baseline DIR go together" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--schemes", "default", "--baseline", ROOT])
+    assert "--baseline DIR go together" in capsys.readouterr().err
+    assert tool.parse_args(["--schemes", scheme, "--baseline", ROOT]).baseline == ROOT
