@@ -31,16 +31,31 @@ LSTMState = Tuple[tf.Tensor, tf.Tensor]
 Step = Callable[[Any, Any], Tuple[Any, Any]]
 
 
-def masked_step(step: Step, inputs_t, state, mask_t: tf.Tensor):
+def masked_step(step: Step, inputs_t, state, mask_t: tf.Tensor, zero_padding=True):
     """``step(inputs_t, state)`` for a batch in which ``mask_t`` [batch] marks the real positions.
 
     Where ``mask_t`` is False the outputs are 0 and the state keeps its old value (the
     semantics of ``keras.backend.rnn`` with ``zero_output_for_mask``). ``inputs_t``,
     ``state`` and the outputs may be nests of [batch, ...] tensors.
+
+    ``zero_padding`` says which outputs are zeroed there: True (all), or, for a step whose outputs
+    are a tuple, a tuple with a bool for each of its parts. A part given False keeps what the step
+    computed at padding, for outputs nothing reads there: the records that a training forward loop
+    saves for its backward loop, which gives padding no gradient (:func:`lstm_over_time`). Zeroing
+    them would allocate and select every record at every step for nothing.
     """
     outputs, new_state = step(inputs_t, state)
     keep = tf.reshape(tf.cast(mask_t, tf.bool), [-1, 1])
-    outputs = tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros_like(o)), outputs)
+
+    def zeroed(part):
+        return tf.nest.map_structure(lambda o: tf.where(keep, o, tf.zeros_like(o)), part)
+
+    if zero_padding is True:
+        outputs = zeroed(outputs)
+    else:
+        if len(zero_padding) != len(outputs):
+            raise ValueError(f"zero_padding has {len(zero_padding)} entries for {len(outputs)} outputs")
+        outputs = tuple(zeroed(part) if zero else part for zero, part in zip(zero_padding, outputs))
     new_state = tf.nest.map_structure(lambda new, old: tf.where(keep, new, old), new_state, state)
     return outputs, new_state
 
@@ -56,11 +71,12 @@ class TensorArrayLoop:
     """
 
     def __call__(self, step: Step, inputs_tm, mask_tm: tf.Tensor, initial_state, output_sizes,
-                 backwards: bool = False, stacked: bool = True):
+                 backwards: bool = False, stacked: bool = True, zero_padding=True):
         """``backwards``: run t = time-1 .. 0 instead (back-propagation through time), reading and
         writing position t, so the outputs are in the inputs' order and nothing is reversed.
         ``stacked=False`` returns the outputs as the TensorArrays the loop wrote, which another loop
-        can take as inputs as they are (an input may be a tensor or such an array)."""
+        can take as inputs as they are (an input may be a tensor or such an array).
+        ``zero_padding``: which outputs are 0 at padding (:func:`masked_step`; default all)."""
         steps = tf.shape(mask_tm)[0]
         input_arrays = tf.nest.map_structure(
             lambda x: x if isinstance(x, tf.TensorArray)
@@ -77,7 +93,7 @@ class TensorArrayLoop:
         def body(i, state, output_arrays):
             t = steps - 1 - i if backwards else i
             inputs_t = tf.nest.map_structure(lambda array: array.read(t), input_arrays)
-            outputs, state = masked_step(step, inputs_t, state, mask_array.read(t))
+            outputs, state = masked_step(step, inputs_t, state, mask_array.read(t), zero_padding)
             output_arrays = tf.nest.map_structure(lambda array, o: array.write(t, o), output_arrays, outputs)
             return i + 1, state, output_arrays
 
@@ -168,10 +184,12 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
             return (m, (*parts, c_prev), m_prev), (c, m)
 
         # The records stay in the arrays the forward loop wrote, which the backward loop reads: stacked
-        # into one tensor, they would be copied out and back in again (6 units per position).
+        # into one tensor, they would be copied out and back in again (6 units per position). Only the
+        # layer's output is zeroed at padding: the backward step gives padding no gradient, so the
+        # records there are never read (and m_prev meets a zero d_z in the kernel's gradient).
         (output_array, saved_arrays, m_prev_array), (c_last, m_last) = TENSOR_ARRAY_LOOP(
             forward_step, _swap_batch_time(projected), mask_tm, (c_0, m_0), (units, (units,) * 6, units),
-            stacked=False)
+            stacked=False, zero_padding=(True, False, False))
 
         def gradient(d_outputs, d_c_last, d_m_last):
             # At a real step the gradient reaching m_t is that of the output plus that of the next

@@ -199,6 +199,21 @@ def test_masked_step_zeroes_outputs_and_carries_state_at_padding():
     np.testing.assert_array_equal(m.numpy(), [[19, 18], [20, 20], [15, 14]])
 
 
+def test_masked_step_can_leave_outputs_that_nothing_reads_at_padding():
+    """``zero_padding`` a prefix of the outputs' structure: the parts given False keep the step's values
+    at padding (a training loop's saved records); the others are 0 there, and the state is carried."""
+    def step(x_t, state):
+        return (x_t * 2.0, (x_t + 1.0, x_t - 1.0)), state + x_t
+
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    (doubled, (plus_one, minus_one)), total = masked_step(
+        step, x, tf.zeros([2, 2]), tf.constant([False, True]), zero_padding=(True, False))
+    np.testing.assert_array_equal(doubled.numpy(), [[0, 0], [6, 8]])
+    np.testing.assert_array_equal(plus_one.numpy(), [[2, 3], [4, 5]])
+    np.testing.assert_array_equal(minus_one.numpy(), [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(total.numpy(), [[0, 0], [3, 4]])
+
+
 def test_run_over_time_runs_any_step_over_nests_of_sequences():
     """A running sum with two outputs of different widths; padding leaves the sum and outputs 0."""
     def step(inputs_t, total):
