@@ -27,6 +27,8 @@ from typing import Any, Callable, Optional, Tuple
 
 import tensorflow as tf
 
+from gnmt_tf.layers.weights import FLOAT_READER
+
 LSTMState = Tuple[tf.Tensor, tf.Tensor]
 Step = Callable[[Any, Any], Tuple[Any, Any]]
 
@@ -150,12 +152,14 @@ def run_projected_lstm(cell, projected: tf.Tensor, mask: tf.Tensor, weights,
         initial_state = cell.get_initial_state(batch_size=tf.shape(projected)[0], dtype=projected.dtype)
     kernel = weights.sequence_kernel(cell.recurrent_kernel) if loop is None else None
     if kernel is not None:
-        return lstm_over_time(cell, projected, mask, tf.convert_to_tensor(kernel), tuple(initial_state))
+        return lstm_over_time(cell, projected, mask, tf.convert_to_tensor(kernel), tuple(initial_state),
+                              weights.kernel_gradient)
     return run_over_time(lambda projected_t, state: cell.recur(projected_t, state, weights), projected, mask,
                          tuple(initial_state), cell.units, loop)
 
 
-def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tensor, initial_state: LSTMState):
+def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tensor, initial_state: LSTMState,
+                   kernel_gradient: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = FLOAT_READER.kernel_gradient):
     """An LSTM layer over ``projected`` [batch, time, 4 units] (its input products) whose gradient is
     back-propagation through time written out, rather than derived op by op.
 
@@ -163,7 +167,8 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     numbers as ``cell.recur`` with ``kernel`` (the recurrent kernel's values). The backward pass is
     one more masked loop, backwards in time, over what each forward step saved (its gates, the
     unclipped cell state and the previous state: ``cell.activation_gradient``), and the kernel's gradient
-    is one product over all steps. Derived op by op, the while loop's gradient instead stacks ~30
+    is one product over all steps, ``kernel_gradient(m_prev, d_z)`` (the weight reader's: in bfloat16
+    where the step's large products are). Derived op by op, the while loop's gradient instead stacks ~30
     intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
     benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
 
@@ -209,8 +214,8 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
                 backwards=True)
             # Summed over time and batch: one product of [time x batch, units]^T and [time x batch, 4 units],
             # the transpose left to the product (tensordot would transpose the states in memory first).
-            d_kernel = tf.matmul(tf.reshape(m_prev_array.stack(), [-1, units]), tf.reshape(d_z_tm, [-1, 4 * units]),
-                                 transpose_a=True)
+            d_kernel = kernel_gradient(tf.reshape(m_prev_array.stack(), [-1, units]),
+                                       tf.reshape(d_z_tm, [-1, 4 * units]))
             return _swap_batch_time(d_z_tm), d_kernel, d_c_0, d_m_0
 
         return (_swap_batch_time(output_array.stack()), c_last, m_last), gradient

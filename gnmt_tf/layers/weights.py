@@ -129,6 +129,13 @@ class WeightTransform:
         multiplies by them itself, in float32 (:meth:`WeightReader.sequence_kernel`)."""
         return kernel
 
+    def kernel_gradient(self, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+        """``x^T @ dy``: the gradient of a kernel from the rows ``x`` [n, input] it multiplied and the
+        gradient ``dy`` [n, output] of their products, for a recurrence that writes its gradient out
+        (:func:`gnmt_tf.layers.recurrence.lstm_over_time`). A transform that multiplies at a lower
+        precision computes it as autodiff would through its :meth:`product`."""
+        return tf.matmul(x, dy, transpose_a=True)
+
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
         """``x @ kernel``; with ``columns`` (what :meth:`columns` gave) only those output units: [..., n]."""
         return matmul(x, self.float_kernel(kernel) if columns is None else columns)
@@ -253,6 +260,11 @@ class WeightReader:
         if self._read_once is not None:
             return None
         return self._transform.float_kernel(kernel)
+
+    def kernel_gradient(self, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+        """``x^T @ dy`` through the transform (:meth:`WeightTransform.kernel_gradient`): the gradient of a
+        :meth:`sequence_kernel` summed over every step of the recurrence."""
+        return self._transform.kernel_gradient(x, dy)
 
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         """``x -> x @ kernel[rows]`` through the transform (see :meth:`WeightTransform.partial_product`)."""

@@ -1,10 +1,11 @@
 """bfloat16 products in training (``training.product_precision: bfloat16``).
 
 The large products of a training step, the input projection of every LSTM layer over the whole
-sequence and the softmax projection, are computed from bfloat16 operands: on CPUs with AVX-512
-BF16 (or AMX) oneDNN multiplies bfloat16 at about twice the float32 rate. Everything else stays
-float32: the weights and their updates, the recurrent products of a layer run over a whole
-sequence (too small to gain: benchmarks/README.md, "The training step's levers"), the cell state
+sequence, the softmax projection and the gradient of each recurrent kernel (one product over all
+steps), are computed from bfloat16 operands: on CPUs with AVX-512 BF16 (or AMX) oneDNN multiplies
+bfloat16 at about twice the float32 rate. Everything else stays float32: the weights and their
+updates, the recurrent products of a layer run over a whole sequence, one per time step (too small
+to gain: benchmarks/README.md, "The training step's levers"), the cell state
 and eq. 10's clip, attention, the logits' clip and the loss. Steps that compute a layer one time
 step at a time through the weight reader multiply from bfloat16 operands too, the recurrent
 product included: the bottom decoder layer with input feeding, the model-parallel wavefront
@@ -34,8 +35,9 @@ class BFloat16Products(WeightTransform):
     """The products of ``inner`` (default: the float weights) computed from bfloat16 operands.
 
     The recurrence over a whole sequence multiplies by :meth:`float_kernel` itself, in float32
-    (:func:`gnmt_tf.layers.recurrence.lstm_over_time`); products that ``inner`` computes in int8
-    are left to it. Gradients flow through the casts to the float32 weights.
+    (:func:`gnmt_tf.layers.recurrence.lstm_over_time`), and sums its kernel's gradient over all steps
+    in one product from bfloat16 operands (:meth:`kernel_gradient`); products that ``inner`` computes
+    in int8 are left to it. Gradients flow through the casts to the float32 weights.
     """
 
     def __init__(self, inner: Optional[WeightTransform] = None):
@@ -49,6 +51,10 @@ class BFloat16Products(WeightTransform):
         if values is None:  # int8 products: the inner transform's, columns too
             return self.inner.product(x, kernel, columns)
         return _bfloat16_product(x, values if columns is None else columns)
+
+    def kernel_gradient(self, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+        # As autodiff takes it through _bfloat16_product: both operands rounded, the result in float32.
+        return tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(dy, tf.bfloat16), transpose_a=True), x.dtype)
 
     def columns(self, kernel: tf.Variable, ids: tf.Tensor):
         return self.inner.columns(kernel, ids)

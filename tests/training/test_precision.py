@@ -147,3 +147,40 @@ def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
     assert resolve_product_precision("auto", str(tmp_path / "absent")) == "float32"
     assert resolve_product_precision("float32", str(native)) == "float32"
     assert resolve_product_precision("bfloat16", str(emulated)) == "bfloat16"
+
+
+def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
+    """``kernel_gradient`` (``x^T dy``, which ``lstm_over_time`` sums its recurrent kernel's gradient with)
+    is what autodiff takes through the transform's own product, and a layer run through a reader takes
+    its recurrent kernel's gradient from the reader's transform."""
+    from gnmt_tf.layers.cell import GNMTLSTMCell
+    from gnmt_tf.layers.recurrence import run_lstm
+    from gnmt_tf.layers.weights import WeightTransform
+
+    transform = BFloat16Products()
+    x = tf.constant(rng.normal(size=(50, 24)).astype(np.float32))
+    dy = tf.constant(rng.normal(size=(50, 40)).astype(np.float32))
+    kernel = tf.Variable(rng.normal(size=(24, 40)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(transform.product(x, kernel) * dy)
+    np.testing.assert_array_equal(transform.kernel_gradient(x, dy).numpy(), tape.gradient(loss, kernel).numpy())
+    exact = x.numpy().T @ dy.numpy()
+    np.testing.assert_allclose(FLOAT_WEIGHTS.kernel_gradient(x, dy).numpy(), exact, rtol=1e-5, atol=1e-5)
+    assert np.abs(transform.kernel_gradient(x, dy).numpy() - exact).max() > 1e-3  # really rounded
+
+    class DoubledKernelGradient(WeightTransform):  # float products; a kernel gradient one can tell apart
+        def kernel_gradient(self, x, dy):
+            return 2.0 * super().kernel_gradient(x, dy)
+
+    cell = GNMTLSTMCell(16, init_scale=0.5)
+    cell.build((None, None, 8))
+    inputs = tf.constant(rng.normal(size=(4, 6, 8)).astype(np.float32))
+    mask = tf.constant(np.arange(6)[None, :] < np.array([[6], [4], [6], [2]]))
+    gradients = {}
+    for name, reader in (("float", WeightReader()), ("doubled", WeightReader(DoubledKernelGradient()))):
+        with tf.GradientTape() as tape:
+            outputs, _ = run_lstm(cell, inputs, mask, reader)
+            loss = tf.reduce_sum(outputs ** 2)
+        gradients[name] = [g.numpy() for g in tape.gradient(loss, [cell.recurrent_kernel, cell.kernel])]
+    np.testing.assert_allclose(gradients["doubled"][0], 2.0 * gradients["float"][0], rtol=1e-6)
+    np.testing.assert_array_equal(gradients["doubled"][1], gradients["float"][1])  # the input kernel's: autodiff
