@@ -386,11 +386,15 @@ def main(argv=None) -> int:
     write_report(args.output, report)
     for r in rows:
         loads = [run["worker"]["load_average_before"][0] for run in r["rounds"]]
+        # The ratios there are: to default, and to each older checkout timed.
+        keys = ("ratio_to_default", *(f"ratio_to_{name}" for name in BASELINE))
+        ratios = "".join(f"  x{r[key]} vs {key[len('ratio_to_'):]}" for key in keys if r.get(key) is not None)
         print(
-            f"{r['scheme']:>9}: {r['source_tokens_per_second']:8.1f} source tokens/s (best of "
-            f"{r['source_tokens_per_second_rounds']})  {r['seconds_per_step']:.3f} s/step  "
-            f"x{r['ratio_to_default']}  {r['source_tokens_per_cpu_second']:7.1f} per CPU-second "
-            f"x{r['cpu_ratio_to_default']}  (1-min load before each round: {loads})"
+            f"{r['scheme']:>17}: {r['source_tokens_per_second']:8.1f} source tokens/s (best of "
+            f"{r['source_tokens_per_second_rounds']})  {r['seconds_per_step']:.3f} s/step{ratios}  "
+            f"{r['source_tokens_per_cpu_second']:7.1f} per CPU-second"
+            f"{'' if r['cpu_ratio_to_default'] is None else ' x' + str(r['cpu_ratio_to_default'])}"
+            f"  (1-min load before each round: {loads})"
         )
     return 0
 
