@@ -244,7 +244,8 @@ class TrainingConfig:
     )
     product_precision: Literal["float32", "bfloat16", "auto"] = _doc(
         "Precision of the operands of the training step's large products (every LSTM layer's input "
-        "projection and the softmax; gnmt_tf.training.precision). 'bfloat16' runs them at about twice "
+        "projection, the softmax and each recurrent kernel's gradient; gnmt_tf.training.precision). "
+        "'bfloat16' runs them at about twice "
         "the rate on CPUs with AVX-512 BF16 or AMX, and slower on others; weights, the recurrence of "
         "layers run over whole sequences, cell state, clips and loss stay float32 (layers stepped one "
         "time step at a time, as with input feeding or parallel.mode, multiply in bfloat16 throughout), "
