@@ -381,10 +381,12 @@ def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(mirrored_comp
     # count the distributed logs show) sees about half of each batch's target tokens.
     shares = [m["target_tokens"] / d["target_tokens"] for d, m in zip(default, mirrored)]
     assert all(0.3 < share < 0.7 for share in shares), shares
-    # The weights end apart by ~0.08 of their move from the start (measured: 0.077 with three layers,
-    # 0.085 with two); replicas trained on other data or not synchronized would end about as far apart
-    # as the weights moved.
-    assert result["max_weight_difference"] < 0.1 * result["max_weight_change"]
+    # The weights end apart by ~0.08 of their move from the start in float32 (measured: 0.077 with three
+    # layers, 0.085 with two) and by 0.10 in bfloat16, where each replica rounds its half of a recurrent
+    # kernel's gradient product (0.089 while only the forward products were rounded); replicas trained
+    # on other data or not synchronized would end about as far apart as the weights moved.
+    bound = {"float32": 0.1, "bfloat16": 0.15}[precision]
+    assert result["max_weight_difference"] < bound * result["max_weight_change"]
     # Dev perplexity: Keras evaluate (default) and the chief's one-device copy (mirrored) agree.
     np.testing.assert_allclose(result["dev_perplexity"][1], result["dev_perplexity"][0], rtol=1e-2)
     assert "ckpt-8.index" in result["checkpoints"]
