@@ -386,7 +386,7 @@ def main(argv=None) -> int:
     write_report(args.output, report)
     for r in rows:
         loads = [run["worker"]["load_average_before"][0] for run in r["rounds"]]
-        # The ratios there are: to default, and to each older checkout timed.
+        # Each ratio there is: to default, and to each older checkout timed.
         keys = ("ratio_to_default", *(f"ratio_to_{name}" for name in BASELINE))
         ratios = "".join(f"  x{r[key]} vs {key[len('ratio_to_'):]}" for key in keys if r.get(key) is not None)
         print(

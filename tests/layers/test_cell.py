@@ -200,7 +200,7 @@ def test_masked_step_zeroes_outputs_and_carries_state_at_padding():
 
 
 def test_masked_step_can_leave_outputs_that_nothing_reads_at_padding():
-    """``zero_padding`` a prefix of the outputs' structure: the parts given False keep the step's values
+    """``zero_padding`` a bool for each of the step's outputs: the parts given False keep the step's values
     at padding (a training loop's saved records); the others are 0 there, and the state is carried."""
     def step(x_t, state):
         return (x_t * 2.0, (x_t + 1.0, x_t - 1.0)), state + x_t
@@ -212,6 +212,8 @@ def test_masked_step_can_leave_outputs_that_nothing_reads_at_padding():
     np.testing.assert_array_equal(plus_one.numpy(), [[2, 3], [4, 5]])
     np.testing.assert_array_equal(minus_one.numpy(), [[0, 1], [2, 3]])
     np.testing.assert_array_equal(total.numpy(), [[0, 0], [3, 4]])
+    with pytest.raises(ValueError, match="zero_padding has 3 entries for 2 outputs"):
+        masked_step(step, x, tf.zeros([2, 2]), tf.constant([False, True]), zero_padding=(True, False, False))
 
 
 def test_run_over_time_runs_any_step_over_nests_of_sequences():
