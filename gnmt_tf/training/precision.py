@@ -26,9 +26,13 @@ import tensorflow as tf
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightTransform, matmul
 
 
-def _bfloat16_product(x: tf.Tensor, values) -> tf.Tensor:
-    """``x @ values`` from bfloat16 operands, returned in ``x``'s dtype."""
-    return tf.cast(matmul(tf.cast(x, tf.bfloat16), tf.cast(values, tf.bfloat16)), x.dtype)
+def _bfloat16_product(x: tf.Tensor, values, transpose_x: bool = False) -> tf.Tensor:
+    """``x @ values`` (``x^T @ values`` with ``transpose_x``) from bfloat16 operands, returned in ``x``'s
+    dtype. ``values`` may already be bfloat16 (a kernel slice cast once, outside a loop)."""
+    x_rounded, values_rounded = tf.cast(x, tf.bfloat16), tf.cast(values, tf.bfloat16)
+    product = (tf.matmul(x_rounded, values_rounded, transpose_a=True) if transpose_x
+               else matmul(x_rounded, values_rounded))
+    return tf.cast(product, x.dtype)
 
 
 class BFloat16Products(WeightTransform):
@@ -53,8 +57,8 @@ class BFloat16Products(WeightTransform):
         return _bfloat16_product(x, values if columns is None else columns)
 
     def kernel_gradient(self, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
-        # As autodiff takes it through _bfloat16_product: both operands rounded, the result in float32.
-        return tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(dy, tf.bfloat16), transpose_a=True), x.dtype)
+        # As autodiff takes it through product: both operands rounded, the result in float32.
+        return _bfloat16_product(x, dy, transpose_x=True)
 
     def columns(self, kernel: tf.Variable, ids: tf.Tensor):
         return self.inner.columns(kernel, ids)
@@ -64,7 +68,7 @@ class BFloat16Products(WeightTransform):
         if values is None:
             return self.inner.partial_product(kernel, rows)
         part = tf.cast(values[rows], tf.bfloat16)  # sliced and cast once, outside any loop
-        return lambda x: tf.cast(matmul(tf.cast(x, tf.bfloat16), part), x.dtype)
+        return lambda x: _bfloat16_product(x, part)
 
     def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
         return self.inner.lookup(table, ids)
