@@ -172,6 +172,30 @@ class WeightTransform:
 FLOAT_WEIGHTS = WeightTransform()
 
 
+class ForwardingTransform(WeightTransform):
+    """A transform stacked on another, ``inner``: every method is the inner transform's until a
+    subclass overrides it. A wrapper (bfloat16 products around quantization-aware training) then
+    overrides only what it changes, and a method added to :class:`WeightTransform` later reaches the
+    inner transform without being forwarded by hand."""
+
+    def __init__(self, inner: WeightTransform = FLOAT_WEIGHTS):
+        self.inner = inner
+
+
+def _forwarded(name: str):
+    def forward(self, *args, **kwargs):
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    forward.__name__ = name
+    forward.__doc__ = f"The inner transform's :meth:`WeightTransform.{name}`."
+    return forward
+
+
+for _name, _method in list(vars(WeightTransform).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(ForwardingTransform, _name, _forwarded(_name))
+
+
 class StoredRows(tf.Module):
     """A float table kept as a variable; called with ids, it gives their rows."""
 

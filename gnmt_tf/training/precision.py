@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightTransform, matmul
+from gnmt_tf.layers.weights import FLOAT_WEIGHTS, ForwardingTransform, WeightTransform, matmul
 
 
 def _bfloat16_product(x: tf.Tensor, values, transpose_x: bool = False) -> tf.Tensor:
@@ -35,20 +35,15 @@ def _bfloat16_product(x: tf.Tensor, values, transpose_x: bool = False) -> tf.Ten
     return tf.cast(product, x.dtype)
 
 
-class BFloat16Products(WeightTransform):
+class BFloat16Products(ForwardingTransform):
     """The products of ``inner`` (default: the float weights) computed from bfloat16 operands.
 
     The recurrence over a whole sequence multiplies by :meth:`float_kernel` itself, in float32
     (:func:`gnmt_tf.layers.recurrence.lstm_over_time`), and sums its kernel's gradient over all steps
     in one product from bfloat16 operands (:meth:`kernel_gradient`); products that ``inner`` computes
-    in int8 are left to it. Gradients flow through the casts to the float32 weights.
+    in int8 are left to it. Everything else (float kernels, columns, lookups, what a module stores)
+    is the inner transform's, forwarded. Gradients flow through the casts to the float32 weights.
     """
-
-    def __init__(self, inner: Optional[WeightTransform] = None):
-        self.inner = inner if inner is not None else FLOAT_WEIGHTS
-
-    def float_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
-        return self.inner.float_kernel(kernel)
 
     def product(self, x: tf.Tensor, kernel: tf.Variable, columns=None) -> tf.Tensor:
         values = self.inner.float_kernel(kernel)  # made once: under QAT it is eq. 12's fake quantization
@@ -60,24 +55,12 @@ class BFloat16Products(WeightTransform):
         # As autodiff takes it through product: both operands rounded, the result in float32.
         return _bfloat16_product(x, dy, transpose_x=True)
 
-    def columns(self, kernel: tf.Variable, ids: tf.Tensor):
-        return self.inner.columns(kernel, ids)
-
     def partial_product(self, kernel: tf.Variable, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         values = self.inner.float_kernel(kernel)
         if values is None:
             return self.inner.partial_product(kernel, rows)
         part = tf.cast(values[rows], tf.bfloat16)  # sliced and cast once, outside any loop
         return lambda x: _bfloat16_product(x, part)
-
-    def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
-        return self.inner.lookup(table, ids)
-
-    def replaces(self, variable: tf.Variable) -> bool:
-        return self.inner.replaces(variable)
-
-    def stored_rows(self, table: tf.Tensor):
-        return self.inner.stored_rows(table)
 
 
 NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -110,4 +93,6 @@ def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpui
 def training_transform(product_precision: str, inner: Optional[WeightTransform]) -> Optional[WeightTransform]:
     """The transform a training step computes with: ``inner`` (None: the float weights), with
     bfloat16 products when ``product_precision`` resolves to ``"bfloat16"``."""
-    return BFloat16Products(inner) if resolve_product_precision(product_precision) == "bfloat16" else inner
+    if resolve_product_precision(product_precision) != "bfloat16":
+        return inner
+    return BFloat16Products(inner if inner is not None else FLOAT_WEIGHTS)

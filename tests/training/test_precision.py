@@ -184,3 +184,39 @@ def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
         gradients[name] = [g.numpy() for g in tape.gradient(loss, [cell.recurrent_kernel, cell.kernel])]
     np.testing.assert_allclose(gradients["doubled"][0], 2.0 * gradients["float"][0], rtol=1e-6)
     np.testing.assert_array_equal(gradients["doubled"][1], gradients["float"][1])  # the input kernel's: autodiff
+
+
+def test_every_method_of_the_inner_transform_is_reached_through_bfloat16_products(rng):
+    """A method of WeightTransform that BFloat16Products does not override is the inner one's (QAT's
+    fake quantization, int8's tables): a method added later cannot skip the transform underneath."""
+    from gnmt_tf.layers.weights import WeightTransform
+
+    calls = []
+
+    class Recording(WeightTransform):
+        pass
+
+    public = [name for name, value in vars(WeightTransform).items() if callable(value) and not name.startswith("_")]
+    for name in public:
+        def recorded(self, *args, _name=name, **kwargs):
+            calls.append(_name)
+            return getattr(WeightTransform, _name)(self, *args, **kwargs)
+        setattr(Recording, name, recorded)
+
+    kernel = tf.Variable(rng.normal(size=(8, 6)).astype(np.float32))
+    x = tf.constant(rng.normal(size=(2, 8)).astype(np.float32))
+    arguments = {
+        "float_kernel": (kernel,), "kernel_gradient": (x, tf.constant(rng.normal(size=(2, 6)).astype(np.float32))),
+        "product": (x, kernel), "columns": (kernel, tf.constant([1, 4])), "partial_product": (kernel, slice(0, 4)),
+        "lookup": (kernel, tf.constant([0, 2])), "replaces": (kernel,), "stored_rows": (kernel.numpy(),),
+    }
+    assert sorted(arguments) == sorted(public), "a new WeightTransform method needs a case here"
+    wrapped = BFloat16Products(Recording())
+    # What bfloat16 changes reads the inner kernel (float_kernel); the kernel gradient is of the products'
+    # operands alone, no weight read through any transform (lstm_over_time's dK = m^T dz).
+    reads_through = {"product": "float_kernel", "partial_product": "float_kernel", "kernel_gradient": None}
+    for name, args in arguments.items():
+        calls.clear()
+        getattr(wrapped, name)(*args)
+        expected = reads_through.get(name, name)
+        assert (expected in calls) if expected else not calls, (name, calls)
