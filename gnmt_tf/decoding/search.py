@@ -185,15 +185,26 @@ def decode(
     """
     copies, width = strategy.searches_per_sentence, strategy.rows_per_search
     source_mask = repeat_rows(tf.convert_to_tensor(source_mask, tf.bool), copies)
-    source_len = tf.shape(source_mask)[1]
     limits = output_length_limits(source_mask, max_length_ratio)
     live, results = strategy.initialize(source_mask, limits)
-    step_fn = layout.wrap(step_fn)
+    initial = _initial_search_state(initial_state, source_mask, layout, copies, width, live, results)
+    body = _loop_body(layout.wrap(step_fn), strategy, layout, source_mask, limits)
+    invariants = SearchState(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
+                             tf.nest.map_structure(_any_shape, initial.decoder_state),
+                             *strategy.shape_invariants(live, results))
+    (final,) = tf.while_loop(lambda state: tf.shape(state.active)[0] > 0, body, (initial,),
+                             shape_invariants=(invariants,))
+    return strategy.finalize(final.results, source_mask)
+
+
+def _initial_search_state(initial_state, source_mask, layout: RowLayout, copies: int, width: int, live,
+                          results) -> SearchState:
+    """Every search active, each of its ``width`` rows starting from BOS with its sentence's decoder state."""
     every_search = tf.range(tf.shape(source_mask)[0])
     slots = layout.pad(every_search)  # the searches the loop keeps decoder rows for
     decoder_state = map_rows(initial_state, lambda s: repeat_rows(s, copies * width),
                              lambda s: repeat_rows(s, copies))
-    initial = SearchState(
+    return SearchState(
         step=tf.constant(0),
         active=every_search,
         tokens=tf.fill([tf.shape(slots)[0] * width], BOS_ID),
@@ -201,6 +212,11 @@ def decode(
         live=live,
         results=results,
     )
+
+
+def _loop_body(step_fn: Callable, strategy: DecodingStrategy, layout: RowLayout, source_mask, limits):
+    """One step of every active search: the model's step, the strategy's choice, done searches dropped."""
+    width, source_len = strategy.rows_per_search, tf.shape(source_mask)[1]
 
     def body(state: SearchState):
         t, n_active = state.step, tf.shape(state.active)[0]
@@ -217,35 +233,37 @@ def decode(
                             source_mask=tf.gather(source_mask, state.active), limits=limit)
         output = strategy.step(inputs, state.live, state.results)
         done = tf.logical_or(output.done, last_step) if strategy.generates else output.done
-
-        def remove_done():
-            """Reorder the decoder state by the rows kept, then drop the done searches' rows."""
-            keep = tf.reshape(tf.where(~done), [-1])
-            slots = layout.pad(keep)
-            parents = output.parents if output.parents is not None else tf.range(width)
-            rows = tf.expand_dims(tf.range(n_active) * width, 1) + parents  # [A, width]
-            return (
-                tf.gather(state.active, keep),
-                tf.reshape(tf.gather(output.tokens, slots), [-1]),
-                gather_rows(decoder_state, slots, tf.gather(rows, slots)),
-                tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
-            )
-
-        def keep_all():
-            return state.active, tf.reshape(layout.pad(output.tokens), [-1]), decoder_state, output.live
-
-        if output.parents is not None:  # the rows are reordered every step anyway
-            active, tokens, decoder_state, live = remove_done()
-        else:  # rows stay in place: gather only at the steps where a search ended
-            active, tokens, decoder_state, live = tf.cond(tf.reduce_any(done), remove_done, keep_all)
+        active, tokens, decoder_state, live = _next_rows(state, output, done, decoder_state, layout, width)
         return (SearchState(t + 1, active, tokens, decoder_state, live, output.results),)
 
-    invariants = SearchState(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
-                             tf.nest.map_structure(_any_shape, initial.decoder_state),
-                             *strategy.shape_invariants(live, results))
-    (final,) = tf.while_loop(lambda state: tf.shape(state.active)[0] > 0, body, (initial,),
-                             shape_invariants=(invariants,))
-    return strategy.finalize(final.results, source_mask)
+    return body
+
+
+def _next_rows(state: SearchState, output, done, decoder_state, layout: RowLayout, width: int):
+    """The searches, tokens, decoder rows and live state of the next step: rows reordered by the
+    strategy's parents, the rows of searches that are done dropped (Marian's batch pruning)."""
+    n_active = tf.shape(state.active)[0]
+
+    def remove_done():
+        """Reorder the decoder state by the rows kept, then drop the done searches' rows."""
+        keep = tf.reshape(tf.where(~done), [-1])
+        slots = layout.pad(keep)
+        parents = output.parents if output.parents is not None else tf.range(width)
+        rows = tf.expand_dims(tf.range(n_active) * width, 1) + parents  # [A, width]
+        return (
+            tf.gather(state.active, keep),
+            tf.reshape(tf.gather(output.tokens, slots), [-1]),
+            gather_rows(decoder_state, slots, tf.gather(rows, slots)),
+            tf.nest.map_structure(lambda s: tf.gather(s, keep), output.live),
+        )
+
+    def keep_all():
+        return state.active, tf.reshape(layout.pad(output.tokens), [-1]), decoder_state, output.live
+
+    if output.parents is not None:  # the rows are reordered every step anyway
+        return remove_done()
+    # rows stay in place: gather only at the steps where a search ended
+    return tf.cond(tf.reduce_any(done), remove_done, keep_all)
 
 
 def write_step(history: tf.Tensor, active: tf.Tensor, step, values: tf.Tensor) -> tf.Tensor:
