@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
+from gnmt_tf.data.variants import variant_key
+
 Pair = Tuple[str, str]
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -316,18 +318,19 @@ def split_dev(
     """Hold out about ``fraction`` of the pairs (at most ``max_pairs``) as a dev split.
 
     The side a pair lands on depends only on a SHA-1 hash of ``seed`` and its
-    *source* text, never on its position, so the split is the same whatever the
-    order of ``pairs``, and a source with several translations (common in gettext
-    catalogs) is entirely on one side: the dev set never scores a sentence the
-    model was trained on.  When more than ``max_pairs`` pairs qualify, those with
-    the smallest hashes are kept, still whole sources at a time.  Both lists keep
+    source's :func:`~gnmt_tf.data.variants.variant_key`, never on its position, so the
+    split is the same whatever the order of ``pairs``, and a source with several
+    translations or variants (``_File``/``&File``, case, a trailing ``…``, ``%s``/``%d``:
+    common in gettext catalogs) is entirely on one side: the dev set never scores a
+    sentence the model was trained on.  When more than ``max_pairs`` pairs qualify,
+    those with the smallest hashes are kept, still whole sources at a time.  Both lists keep
     the input order.  Returns ``(train_pairs, dev_pairs)``.
     """
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     if max_pairs < 0:
         raise ValueError(f"max_pairs must be >= 0, got {max_pairs}")
-    scores = [_hash_unit(seed, source) for source, _ in pairs]
+    scores = [_hash_unit(seed, variant_key(source)) for source, _ in pairs]
     candidates = sorted(score for score in scores if score < fraction)
     # The cap: admit whole groups of equal score (= same source) in increasing order.
     threshold = -1.0
