@@ -2,6 +2,7 @@
 
 import os
 import re
+import runpy
 
 from setuptools import find_packages, setup
 
@@ -43,21 +44,11 @@ EXTRAS_REQUIRE = {
 }
 
 # One console script per command, with a common prefix, as fairseq (fairseq-train, fairseq-generate) and
-# OpenNMT-tf (onmt-main, onmt-build-vocab) ship theirs; `python -m MODULE` runs the same command
-# (gnmt_tf/cli/scaffold.py).
-CONSOLE_SCRIPTS = [
-    "gnmt-train = gnmt_tf.cli.train:main",
-    "gnmt-translate = gnmt_tf.cli.translate:main",
-    "gnmt-evaluate = gnmt_tf.cli.evaluate:main",
-    "gnmt-score = gnmt_tf.cli.score:main",
-    "gnmt-average = gnmt_tf.cli.average:main",
-    "gnmt-shortlist = gnmt_tf.cli.shortlist:main",
-    "gnmt-report = gnmt_tf.cli.report:main",
-    "gnmt-summary = gnmt_tf.cli.summary:main",
-    "gnmt-export = export.__main__:main",
-    "gnmt-serve = serving.server:main",
-    "gnmt-client = serving.client:main",
-]
+# OpenNMT-tf (onmt-main, onmt-build-vocab) ship theirs; `python -m MODULE` runs the same command. The
+# commands are listed once, in gnmt_tf/cli/commands.py, run here as a file rather than imported: setup.py
+# runs before gnmt_tf's requirements are installed, and that file needs none of them.
+COMMAND_REGISTRY = os.path.join(HERE, "gnmt_tf", "cli", "commands.py")
+CONSOLE_SCRIPTS = runpy.run_path(COMMAND_REGISTRY)["console_scripts"]()
 
 setup(
     name="gnmt_tf",

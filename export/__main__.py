@@ -20,6 +20,7 @@ from gnmt_tf.cli.common import (
     add_model_dir_argument,
     add_shortlist_argument,
 )
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command, UsageError
 
 FORMATS = ("saved_model", "tflite")
@@ -101,7 +102,7 @@ def _exit_statuses():
 
 
 COMMAND = Command(
-    "export", "gnmt-export", __doc__, add_arguments, export_model, exit_statuses=_exit_statuses,
+    defined_in(__spec__.name), __doc__, add_arguments, export_model, exit_statuses=_exit_statuses,
     examples=("--model-dir runs/en-fr --output serving_models/gnmt --format saved_model",
               "--model-dir runs/en-fr --output tflite_models/gnmt --format tflite --quantize int8"),
 )

@@ -41,6 +41,7 @@ import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gnmt_tf.cli.common import add_search_option_arguments, add_shortlist_argument, positive_int
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command, start_tensorflow
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, check_search_option
 from gnmt_tf.inference.results import Translation
@@ -412,7 +413,7 @@ did not answer.
 """
 
 COMMAND = Command(
-    "serving.client", "gnmt-client", HELP, add_arguments, translate_stdin, check=check,
+    defined_in(__spec__.name), HELP, add_arguments, translate_stdin, check=check,
     starts_tensorflow=False,  # REST needs no TensorFlow; translate_stdin starts it for gRPC
     # ValueError: what the client refuses before sending (a search option, an empty model name, a timeout).
     exit_statuses=lambda: {ServingRequestError: 1, ValueError: 2},

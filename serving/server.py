@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command, start_tensorflow
 from serving.config import (
     BatchingOptions,
@@ -331,7 +332,7 @@ be served at start, or a second Ctrl-C.
 """
 
 COMMAND = Command(
-    "serving.server", "gnmt-serve", HELP, add_arguments, serve, starts_tensorflow=False,
+    defined_in(__spec__.name), HELP, add_arguments, serve, starts_tensorflow=False,
     exit_statuses=lambda: {ServingConfigError: 2},
     examples=(
         "--model_name gnmt --model_base_path serving_models/gnmt",

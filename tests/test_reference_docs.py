@@ -1,19 +1,30 @@
 """The generated reference pages cannot drift: docs/configuration.md and docs/cli.md are what
-``python -m gnmt_tf.cli.reference --write`` writes now, and every config field and every flag of every
+``python docs/generate_reference.py --write`` writes now, and every config field and every flag of every
 command is on its page (read back from the page, against the dataclasses and the parsers themselves).
 Only parsers are built: no TensorFlow model, no TensorFlow start."""
 
 import argparse
 import dataclasses
-import importlib
+import importlib.util
 import os
 import re
 
 from helpers import ROOT, package_metadata
 
 from gnmt_tf import config as config_module
-from gnmt_tf.cli import common, reference
+from gnmt_tf.cli import common
 
+
+def load_generator():
+    """docs/generate_reference.py, a script of the checkout (not a package module), loaded by path."""
+    spec = importlib.util.spec_from_file_location("generate_reference", os.path.join(ROOT, "docs",
+                                                                                     "generate_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reference = load_generator()
 CONFIG_PAGE = os.path.join(ROOT, "docs", "configuration.md")
 CLI_PAGE = os.path.join(ROOT, "docs", "cli.md")
 GLOSSARY = os.path.join(ROOT, "docs", "glossary.md")
@@ -50,17 +61,22 @@ def console_commands():
 
 
 def test_the_committed_pages_are_what_the_generator_writes():
-    stale = reference.stale_pages()
+    stale = reference.stale_pages(ROOT)
     shown = "\n".join(line for diff in stale.values() for line in diff[:40])
-    assert not stale, f"stale: {', '.join(stale)}; run python -m gnmt_tf.cli.reference --write\n{shown}"
+    assert not stale, f"stale: {', '.join(stale)}; run python docs/generate_reference.py --write\n{shown}"
 
 
 def test_the_generator_documents_every_console_script():
-    generated = {script: command for script, command in reference.load_commands()}
+    loaded = reference.load_commands()
+    generated = {entry.script: command for entry, command in loaded}
     installed = dict(console_commands())
     assert sorted(generated) == sorted(installed)
     for script, command in generated.items():
-        assert command is installed[script] and command.script == script
+        assert command is installed[script] and command.names.script == script
+    # The page's table of commands (above the first command's section): the registry's, row by row.
+    rows = table_rows(read(CLI_PAGE).split("\n## ", 1)[0])
+    assert rows == [[f"[`{entry.script}`](#{entry.script})", f"`{entry.python_m}`", entry.summary]
+                    for entry, _ in loaded]
 
 
 def test_every_config_field_is_on_the_page_with_its_doc_and_default():
@@ -120,23 +136,23 @@ def test_the_confusable_flags_say_what_they_are():
 def test_a_changed_help_or_doc_makes_the_pages_stale(monkeypatch):
     monkeypatch.setitem(common.SEARCH_OPTION_HELP, "alpha", "a changed help text")
     monkeypatch.setattr(config_module.DecodingConfig, "__doc__", "A changed section docstring.")
-    assert sorted(reference.stale_pages()) == ["docs/cli.md", "docs/configuration.md"]
+    assert sorted(reference.stale_pages(ROOT)) == ["docs/cli.md", "docs/configuration.md"]
 
 
-def test_check_exits_1_naming_a_stale_page(monkeypatch, tmp_path, capsys):
+def test_check_exits_1_naming_a_stale_page(tmp_path, capsys):
     os.makedirs(tmp_path / "docs")
     for path, text in reference.generated_pages().items():
         (tmp_path / path).write_text(text, encoding="utf-8")
-    monkeypatch.setattr(reference, "ROOT", str(tmp_path))
-    assert reference.main(["--check"]) == 0
+    root = ["--root", str(tmp_path)]
+    assert reference.main(["--check", *root]) == 0
     page = tmp_path / "docs" / "cli.md"
     page.write_text(page.read_text(encoding="utf-8").replace("| `--retries RETRIES` |", "| `--tries N` |"),
                     encoding="utf-8")
-    assert reference.main(["--check"]) == 1
+    assert reference.main(["--check", *root]) == 1
     errors = capsys.readouterr().err
     assert "docs/cli.md is stale" in errors and "--retries RETRIES" in errors
     assert "configuration.md" not in errors
-    assert reference.main(["--write"]) == 0 and reference.main(["--check"]) == 0
+    assert reference.main(["--write", *root]) == 0 and reference.main(["--check", *root]) == 0
 
 
 def test_the_output_does_not_depend_on_the_terminal(monkeypatch):

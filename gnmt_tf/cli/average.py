@@ -16,6 +16,7 @@ import os
 from typing import Callable, List, Tuple
 
 from gnmt_tf.cli.common import add_model_dir_argument
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -87,6 +88,6 @@ def average(args) -> int:
     return 0
 
 
-COMMAND = Command("gnmt_tf.average", "gnmt-average", __doc__, add_arguments, average,
+COMMAND = Command(defined_in(__spec__.name), __doc__, add_arguments, average,
                   examples=("--model-dir runs/en-fr --last 3",))
 main, build_parser = COMMAND.main, COMMAND.build_parser

@@ -13,6 +13,7 @@ import json
 import sys
 
 from gnmt_tf.cli import common
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -85,6 +86,6 @@ def evaluate(args) -> int:
     return 0
 
 
-COMMAND = Command("gnmt_tf.evaluate", "gnmt-evaluate", __doc__, add_arguments, evaluate,
+COMMAND = Command(defined_in(__spec__.name), __doc__, add_arguments, evaluate,
                   examples=("--model-dir runs/en-fr --test runs/en-fr/dev.tsv --json",))
 main, build_parser = COMMAND.main, COMMAND.build_parser

@@ -13,6 +13,7 @@ picture cannot be written.
 from __future__ import annotations
 
 from gnmt_tf.cli.common import add_model_dir_argument
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -49,6 +50,6 @@ def report(args) -> int:
     return 0
 
 
-COMMAND = Command("gnmt_tf.report", "gnmt-report", __doc__, add_arguments, report,
+COMMAND = Command(defined_in(__spec__.name), __doc__, add_arguments, report,
                   examples=("--model-dir runs/en-fr",))
 main, build_parser = COMMAND.main, COMMAND.build_parser

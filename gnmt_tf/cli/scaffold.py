@@ -1,11 +1,12 @@
 """How every command line runs: its names, its parser, a quiet TensorFlow start and its exit statuses.
 
 Each command (train, translate, evaluate, score, average, shortlist, report, summary, export, the
-serving server and client) is one :class:`Command`: the module ``python -m`` runs, the console script
-of the same command (setup.py; one script per command with a common prefix, ``gnmt-train``,
-``gnmt-translate``, ..., as fairseq ships ``fairseq-train`` and OpenNMT-tf ``onmt-main``), its help,
-its arguments and its body. :meth:`Command.main` parses the arguments, runs the command's usage
-checks, starts TensorFlow quietly and runs the body.
+serving server and client) is one :class:`Command`: its names (its entry in
+:mod:`gnmt_tf.cli.commands`: the module ``python -m`` runs and the console script of the same command,
+one script per command with a common prefix, ``gnmt-train``, ``gnmt-translate``, ..., as fairseq ships
+``fairseq-train`` and OpenNMT-tf ``onmt-main``), its help, its arguments and its body.
+:meth:`Command.main` parses the arguments, runs the command's usage checks, starts TensorFlow quietly
+and runs the body.
 
 The usage line names the command as it was started, ``gnmt-translate`` or ``python -m
 gnmt_tf.translate`` (argparse's own default names the program that runs, too); the rest of the help
@@ -34,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple, Type
 
+from gnmt_tf.cli.commands import CommandEntry
 from gnmt_tf.config import ConfigError
 from gnmt_tf.data.readers import DataError
 from gnmt_tf.model_files import ModelDirError
@@ -59,8 +61,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
 class Command:
     """One command line, run as ``python -m MODULE`` or as the console script ``SCRIPT``."""
 
-    module: str  # what python -m runs, e.g. "gnmt_tf.translate"
-    script: str  # its console script (setup.py), e.g. "gnmt-translate"
+    names: CommandEntry  # its console script and what python -m runs (gnmt_tf/cli/commands.py)
     # The help, as a docstring: a summary line (not shown), a paragraph shown above the options, and
     # paragraphs shown below them. A command module's docstring is its help.
     doc: str
@@ -78,7 +79,8 @@ class Command:
     def prog(self) -> str:
         """The name in the usage line: the console script if that is what runs, else ``python -m MODULE``."""
         started = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # gnmt-translate(.exe on Windows)
-        return self.script if started == self.script else f"python -m {self.module}"
+        script = self.names.script
+        return script if started == script else f"python -m {self.names.python_m}"
 
     def build_parser(self, prog: Optional[str] = None) -> argparse.ArgumentParser:
         """The command's parser; ``prog`` names the command in its usage and examples (default: ``prog``)."""

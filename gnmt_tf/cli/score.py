@@ -17,6 +17,7 @@ import os
 import sys
 
 from gnmt_tf.cli import common
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -59,7 +60,7 @@ def score(args) -> int:
 
 
 COMMAND = Command(
-    "gnmt_tf.score", "gnmt-score", __doc__, add_arguments, score, check=common.check_plot_attention,
+    defined_in(__spec__.name), __doc__, add_arguments, score, check=common.check_plot_attention,
     examples=("--model-dir runs/en-fr < pairs.tsv > scores.txt",),
     exit_statuses=lambda: {ValueError: 2},  # a line that is not SOURCE<TAB>TRANSLATION (read_pairs)
 )

@@ -27,6 +27,7 @@ from gnmt_tf.cli.common import (
     load_training_pairs,
     positive_int,
 )
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 DEFAULT_TOP_K = 50  # measured on the default data: benchmarks/README.md, section "Vocabulary shortlist"
@@ -119,7 +120,7 @@ def _progress(message: str, done: bool = False) -> None:
 
 
 COMMAND = Command(
-    "gnmt_tf.shortlist", "gnmt-shortlist", __doc__, add_arguments, build_shortlist, check=check,
+    defined_in(__spec__.name), __doc__, add_arguments, build_shortlist, check=check,
     examples=("--model-dir runs/en-fr",
               "--model-dir runs/wmt14-enfr --train train.tsv.gz --top-k 75 --frequent 75"),
 )

@@ -5,6 +5,7 @@ Builds the GNMT model of a config and prints its layers and parameter counts.
 
 from __future__ import annotations
 
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -30,6 +31,6 @@ def summary(args) -> int:
     return 0
 
 
-COMMAND = Command("gnmt_tf.summary", "gnmt-summary", __doc__, add_arguments, summary,
+COMMAND = Command(defined_in(__spec__.name), __doc__, add_arguments, summary,
                   examples=("--config gnmt_wmt14_enfr",))
 main, build_parser = COMMAND.main, COMMAND.build_parser

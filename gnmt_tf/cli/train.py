@@ -26,6 +26,7 @@ import time
 
 from gnmt_tf import model_files
 from gnmt_tf.cli.common import add_training_data_arguments, check_new_directory, load_training_pairs
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 DEFAULT_CONFIG = "small"
@@ -336,7 +337,7 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
 
 
 COMMAND = Command(
-    "gnmt_tf.train", "gnmt-train", __doc__, add_arguments, train, check=check, exit_statuses=_exit_statuses,
+    defined_in(__spec__.name), __doc__, add_arguments, train, check=check, exit_statuses=_exit_statuses,
     examples=("", "--config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv",
               "--refine qat --init-from runs/en-fr --model-dir runs/en-fr-qat"),
 )

@@ -20,6 +20,7 @@ import sys
 import time
 
 from gnmt_tf.cli import common
+from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
 
@@ -91,7 +92,7 @@ def translate_stream(translator, source, target, args) -> int:
 
 
 COMMAND = Command(
-    "gnmt_tf.translate", "gnmt-translate", __doc__, add_arguments, translate,
+    defined_in(__spec__.name), __doc__, add_arguments, translate,
     check=common.check_plot_attention,
     examples=("--model-dir runs/en-fr < in.txt > out.txt",
               "--model-dir runs/en-fr --n-best 4 --beam-width 8 < in.txt"),

@@ -5,25 +5,16 @@ exit status 2 and one ``error:`` line."""
 import importlib
 import os
 import re
+import subprocess
 import sys
 
 import pytest
-from helpers import package_metadata, run_in_process, run_side_by_side
+from helpers import ROOT, package_metadata, run_in_process, run_side_by_side
 
-# The console script of each command, and what python -m runs: the commands of the issue, all of them.
-COMMANDS = {
-    "gnmt-train": "gnmt_tf.train",
-    "gnmt-translate": "gnmt_tf.translate",
-    "gnmt-evaluate": "gnmt_tf.evaluate",
-    "gnmt-score": "gnmt_tf.score",
-    "gnmt-average": "gnmt_tf.average",
-    "gnmt-shortlist": "gnmt_tf.shortlist",
-    "gnmt-report": "gnmt_tf.report",
-    "gnmt-summary": "gnmt_tf.summary",
-    "gnmt-export": "export",
-    "gnmt-serve": "serving.server",
-    "gnmt-client": "serving.client",
-}
+from gnmt_tf.cli import commands
+
+# The console script of each command, and what python -m runs: the registry's (gnmt_tf/cli/commands.py).
+COMMANDS = {entry.script: entry.python_m for entry in commands.COMMANDS}
 TENSORFLOW_MODULES = ("tensorflow", "tf_keras", "tensorflow_text")
 WIDTH = "100"  # argparse wraps at the terminal's width (COLUMNS): the same for both ways
 
@@ -31,6 +22,44 @@ WIDTH = "100"  # argparse wraps at the terminal's width (COLUMNS): the same for 
 def imported_modules(importtime_stderr):
     """The modules ``python -X importtime`` reports (its lines: ``import time: self | cumulative | name``)."""
     return {line.split("|")[-1].strip() for line in importtime_stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_setup_py_installs_the_registry_read_without_importing_gnmt_tf():
+    """setup.py runs before gnmt_tf's requirements are installed: it reads the registry by path, and reading
+    it imports neither gnmt_tf nor TensorFlow."""
+    registry = os.path.join(ROOT, "gnmt_tf", "cli", "commands.py")
+    code = ("import runpy, sys; scripts = runpy.run_path(sys.argv[1])['console_scripts'](); "
+            "print([m for m in sys.modules if m.split('.')[0] in ('gnmt_tf', 'tensorflow', 'yaml')]); "
+            "print(*scripts, sep='\\n')")
+    run = subprocess.run([sys.executable, "-I", "-c", code, registry], capture_output=True, text=True,
+                         check=True)
+    imported, *scripts = run.stdout.splitlines()
+    assert imported == "[]"
+    assert scripts == package_metadata().entry_points["console_scripts"]
+    assert scripts[1] == "gnmt-translate = gnmt_tf.cli.translate:main"
+
+
+def test_each_python_m_module_of_gnmt_tf_runs_its_registry_entry():
+    """gnmt_tf/<command>.py exists for each ``python -m gnmt_tf.<command>`` of the registry, and only for
+    those: the same file under every name, which runs the command the registry lists for its name."""
+    package = os.path.join(ROOT, "gnmt_tf")
+    shim = open(os.path.join(package, "train.py"), encoding="utf-8").read()
+    shims = {f"gnmt_tf.{name[:-3]}" for name in os.listdir(package)
+             if name.endswith(".py") and open(os.path.join(package, name), encoding="utf-8").read() == shim}
+    assert shims == {entry.python_m for entry in commands.COMMANDS if entry.python_m.startswith("gnmt_tf.")}
+    for entry in commands.COMMANDS:
+        python_m = importlib.import_module(entry.python_m)
+        if hasattr(python_m, "__path__"):  # a package: python -m runs its __main__
+            python_m = importlib.import_module(f"{entry.python_m}.__main__")
+        assert python_m.COMMAND is importlib.import_module(entry.defined_in).COMMAND
+        assert python_m.COMMAND.names is entry
+
+
+def test_a_command_the_registry_does_not_list_is_an_error_naming_the_registry():
+    with pytest.raises(commands.UnlistedCommand, match=r"commands.py lists no command .*'gnmt_tf.nope'"):
+        commands.load_command("gnmt_tf.nope")
+    with pytest.raises(commands.UnlistedCommand, match="defined_in is 'gnmt_tf.cli.common'"):
+        commands.defined_in("gnmt_tf.cli.common")
 
 
 def test_each_console_script_prints_the_help_of_python_m(monkeypatch, capsys):

@@ -1,11 +1,15 @@
-"""Write the reference pages from the code they describe: ``python -m gnmt_tf.cli.reference --write``.
+"""Write the reference pages from the code they describe: ``python docs/generate_reference.py --write``.
 
 docs/configuration.md is built from the config's own field documentation (:mod:`gnmt_tf.config`: each
 field's ``_doc`` text, its type and default) and the shipped configs (configs/*.yaml); docs/cli.md from
-the commands' own argparse parsers (each command's :class:`~gnmt_tf.cli.scaffold.Command`). Neither page
+the commands' own argparse parsers (each command's :class:`~gnmt_tf.cli.scaffold.Command`, in the order
+and with the summaries of the command registry, :mod:`gnmt_tf.cli.commands`). Neither page
 is edited by hand: change the doc string or help text at its source and run ``--write`` again.
 ``--check`` writes nothing and exits 1, naming the stale pages and the lines that differ, when a page is
 not what ``--write`` would write now (tests/test_reference_docs.py runs the same check).
+
+A tool of the source checkout, not of the installed package: it reads and writes the checkout it is in
+(``--root`` another one), with gnmt_tf importable (``pip install -e .``).
 
 The output depends on nothing of the machine: help is formatted at a fixed width, each command is named
 by its console script, and the shipped configs come in name order.
@@ -19,35 +23,19 @@ import difflib
 import functools
 import importlib
 import os
-import re
 import sys
 import typing
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnmt_tf import config as config_module
+from gnmt_tf.cli.commands import COMMANDS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: docs/..
 HELP_WIDTH = 100  # the usage lines' width, whatever the terminal's (argparse reads COLUMNS otherwise)
-
-# Each command: its console script (setup.py) and the module holding its COMMAND, in the order a newcomer
-# meets them (train, use, inspect, ship).
-COMMAND_MODULES: Tuple[Tuple[str, str], ...] = (
-    ("gnmt-train", "gnmt_tf.cli.train"),
-    ("gnmt-translate", "gnmt_tf.cli.translate"),
-    ("gnmt-evaluate", "gnmt_tf.cli.evaluate"),
-    ("gnmt-score", "gnmt_tf.cli.score"),
-    ("gnmt-average", "gnmt_tf.cli.average"),
-    ("gnmt-shortlist", "gnmt_tf.cli.shortlist"),
-    ("gnmt-report", "gnmt_tf.cli.report"),
-    ("gnmt-summary", "gnmt_tf.cli.summary"),
-    ("gnmt-export", "export.__main__"),
-    ("gnmt-serve", "serving.server"),
-    ("gnmt-client", "serving.client"),
-)
 
 GENERATED_NOTE = (
     # No code span: tests/test_docs.py runs every `python -m` command it finds in code spans.
-    "<!-- Generated from {source} by: python -m gnmt_tf.cli.reference --write. Do not edit by hand. -->"
+    "<!-- Generated from {source} by: python docs/generate_reference.py --write. Do not edit by hand. -->"
 )
 
 
@@ -148,31 +136,16 @@ def configuration_page() -> str:
 
 
 # ------------------------------------------------------------------------------------- command lines
-def load_commands() -> List[Tuple[str, Any]]:
-    """(console script, Command) of every command, in :data:`COMMAND_MODULES` order."""
-    return [(script, importlib.import_module(module).COMMAND) for script, module in COMMAND_MODULES]
-
-
-def command_summary(command) -> str:
-    """What the command does, in one sentence: its docstring's summary line without the usage that follows
-    it, or, where the summary line is only the command's name, the first sentence of its description."""
-    summary, description = (" ".join(block.split()) for block in command.doc.strip().split("\n\n")[:2])
-    if summary.startswith("``"):
-        return description.split(". ")[0].rstrip(".") + "."
-    return re.sub(r":\s*``.*$", "", summary).rstrip(".") + "."
+def load_commands() -> List[Tuple[Any, Any]]:
+    """(registry entry, Command) of every command, in the registry's order (:data:`COMMANDS`)."""
+    return [(entry, importlib.import_module(entry.defined_in).COMMAND) for entry in COMMANDS]
 
 
 def build_parser(command) -> argparse.ArgumentParser:
     """The command's parser, named by its console script and formatted at :data:`HELP_WIDTH` columns."""
-    parser = command.build_parser(prog=command.script)
+    parser = command.build_parser(prog=command.names.script)
     parser.formatter_class = functools.partial(parser.formatter_class, width=HELP_WIDTH)
     return parser
-
-
-def option_actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
-    """The parser's flags (``--help`` aside), in the order its help lists them."""
-    return [action for group in parser._action_groups for action in group._group_actions
-            if action.option_strings and not isinstance(action, argparse._HelpAction)]
 
 
 def _flag(parser, action: argparse.Action) -> str:
@@ -221,12 +194,12 @@ def cli_page() -> str:
         "| command | `python -m` module | what it does |",
         "|---|---|---|",
     ]
-    for script, command in commands:
-        lines.append(f"| [`{script}`](#{script}) | `{command.module}` | {_cell(command_summary(command))} |")
+    for entry, _ in commands:
+        lines.append(f"| [`{entry.script}`](#{entry.script}) | `{entry.python_m}` | {_cell(entry.summary)} |")
     lines.append("")
-    for script, command in commands:
+    for entry, command in commands:
         parser = build_parser(command)
-        lines += [f"## {script}", "", f"Also `python -m {command.module}`.", "", "```text",
+        lines += [f"## {entry.script}", "", f"Also `python -m {entry.python_m}`.", "", "```text",
                   parser.format_usage().rstrip(), "```", ""]
         if parser.description:
             lines += [_paragraphs(parser.description), ""]
@@ -260,9 +233,8 @@ def generated_pages() -> Dict[str, str]:
     return {path: build().rstrip("\n") + "\n" for path, build in PAGES.items()}
 
 
-def stale_pages(root: Optional[str] = None) -> Dict[str, List[str]]:
-    """The pages under ``root`` (default: this checkout) that differ from the generated text: path -> diff."""
-    root = root or ROOT
+def stale_pages(root: str) -> Dict[str, List[str]]:
+    """The pages under the checkout ``root`` that differ from the generated text: path -> diff."""
     stale = {}
     for path, text in generated_pages().items():
         try:
@@ -278,29 +250,40 @@ def stale_pages(root: Optional[str] = None) -> Dict[str, List[str]]:
     return stale
 
 
+def write_pages(root: str) -> None:
+    for path, text in generated_pages().items():
+        with open(os.path.join(root, path), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {path}")
+
+
+def check_pages(root: str) -> int:
+    """0 if every page under ``root`` is current; else 1, naming each stale page with its diff on stderr."""
+    stale = stale_pages(root)
+    for path, diff in stale.items():
+        changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        print(f"{path} is stale ({changed} lines differ); run python docs/generate_reference.py --write",
+              file=sys.stderr)
+        print("\n".join(diff[:60] + (["..."] if len(diff) > 60 else [])), file=sys.stderr)
+    return 1 if stale else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gnmt_tf.cli.reference",
+        prog="python docs/generate_reference.py",
         description="Write (or check) docs/configuration.md and docs/cli.md from the config and the parsers.",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="write both pages")
     action.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 with a diff summary if a page is stale")
+    parser.add_argument("--root", default=ROOT, help="the checkout whose docs/ it writes or checks "
+                        "(default: the one holding this file)")
     args = parser.parse_args(argv)
     if args.write:
-        for path, text in generated_pages().items():
-            with open(os.path.join(ROOT, path), "w", encoding="utf-8") as handle:
-                handle.write(text)
-            print(f"wrote {path}")
+        write_pages(args.root)
         return 0
-    stale = stale_pages()
-    for path, diff in stale.items():
-        changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        print(f"{path} is stale ({changed} lines differ); run python -m gnmt_tf.cli.reference --write",
-              file=sys.stderr)
-        print("\n".join(diff[:60] + (["..."] if len(diff) > 60 else [])), file=sys.stderr)
-    return 1 if stale else 0
+    return check_pages(args.root)
 
 
 if __name__ == "__main__":
