@@ -33,7 +33,7 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     "dev": [
         "pytest>=8",
-        "pytest-xdist>=3",  # the suite runs on three workers (pyproject.toml)
+        "pytest-xdist>=3",  # the suite runs on two workers (pyproject.toml)
         "filelock>=3",  # lets the xdist workers share one checked fixture model and its exports (tests/conftest.py)
         "hypothesis>=6",
         "nbclient>=0.10",  # runs examples/quickstart.ipynb in the tests
