@@ -87,13 +87,14 @@ The command line, ``python -m gnmt_tf.train --refine qat --init-from MODEL_DIR
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.layers.weights import WeightTransform
+from gnmt_tf.training.fine_tuning import NO_OVERRIDES, fine_tuning_config
 
 # The fine-tuning recipe of ``--refine qat`` (config fields; ``--set`` overrides any of them).
 #
@@ -244,7 +245,7 @@ class QuantizationAwareTraining(WeightTransform):
         return self.fake_quantize(kernel) if self.quantizes(kernel) else kernel
 
 
-def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None):
+def quantization_aware_config(config, overrides: Mapping[str, Any] = NO_OVERRIDES):
     """The config of a QAT fine-tune of a model trained with ``config``.
 
     The model section is kept; the training section becomes the fine-tuning
@@ -254,15 +255,5 @@ def quantization_aware_config(config, overrides: Optional[Dict[str, Any]] = None
     ``model.clip_delta``, no annealing): the fine-tune should see the model as it
     will run. ``overrides`` (dotted keys, as ``--set``) are applied last.
     """
-    recipe = {
-        "training.quantization_aware": True,
-        "training.max_steps": QAT_MAX_STEPS,
-        "training.adam_steps": 0,
-        "training.sgd_learning_rate": QAT_LEARNING_RATE,
-        "training.decay_count": 0,
-        "training.delta_start": (overrides or {}).get("model.clip_delta", config.model.clip_delta),
-        "training.delta_anneal_steps": 0,
-        "training.final_decay_fraction": None,  # the recipe's rate is constant
-    }
-    recipe.update(overrides or {})
-    return config.replace(**recipe)
+    recipe = {"training.quantization_aware": True, "training.max_steps": QAT_MAX_STEPS}
+    return fine_tuning_config(config, QAT_LEARNING_RATE, recipe, overrides)

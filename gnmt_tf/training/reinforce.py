@@ -34,7 +34,7 @@ tokens (not the per-token mean of ML training), which is the scale alpha =
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Tuple
 
 import tensorflow as tf
 
@@ -44,6 +44,7 @@ from gnmt_tf.config import RLConfig
 from gnmt_tf.decoding.sampling import RandomSampling
 from gnmt_tf.decoding.search import ban_special_tokens, decode, repeat_rows
 from gnmt_tf.models.objectives import REFERENCE_NLL, Batch
+from gnmt_tf.training.fine_tuning import NO_OVERRIDES, fine_tuning_config
 from gnmt_tf.vocab import BOS_ID, PAD_ID
 
 RewardFunction = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -176,7 +177,7 @@ def expected_reward(model, source_ids, reference_ids, reward: RewardFunction, nu
 RL_LEARNING_RATE = 0.1
 
 
-def refinement_config(config, overrides: Optional[Dict[str, Any]] = None):
+def refinement_config(config, overrides: Mapping[str, Any] = NO_OVERRIDES):
     """The config of an RL refinement of a model trained with ``config``.
 
     The model section is kept but for dropout, which RL refinement does without
@@ -186,16 +187,5 @@ def refinement_config(config, overrides: Optional[Dict[str, Any]] = None):
     counter starts from 0 and ``max_steps`` is kept as a bound, the run normally ending
     on ``rl.patience``. ``overrides`` (dotted keys, as ``--set``) are applied last.
     """
-    recipe = {
-        "model.dropout": 0.0,
-        "training.objective": "rl",
-        "training.quantization_aware": False,
-        "training.adam_steps": 0,
-        "training.sgd_learning_rate": RL_LEARNING_RATE,
-        "training.decay_count": 0,
-        "training.delta_start": (overrides or {}).get("model.clip_delta", config.model.clip_delta),
-        "training.delta_anneal_steps": 0,
-        "training.final_decay_fraction": None,  # the recipe's rate is constant
-    }
-    recipe.update(overrides or {})
-    return config.replace(**recipe)
+    recipe = {"model.dropout": 0.0, "training.objective": "rl", "training.quantization_aware": False}
+    return fine_tuning_config(config, RL_LEARNING_RATE, recipe, overrides)
