@@ -99,6 +99,7 @@ from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 __all__ = [
     "WordpieceTokenizer",
+    "WordpieceOpsCache",
     "WORD_MARK",
     "UNKNOWN_TEXT",
     "WHITESPACE",
@@ -267,10 +268,9 @@ class _WordpieceOps(tf.Module):
     """The in-graph form of one vocabulary: tensorflow-text's tokenizers over the op-form vocabulary,
     the lookup tables, and the traced tokenize and detokenize functions.
 
-    Immutable once built, and shared by every :class:`WordpieceTokenizer` of the same vocabulary in
-    a process (:func:`_shared_ops`): a model directory loaded again (a second translator, an export
-    and its check, a server's reload) calls the functions already traced instead of building their
-    ~500 ops again.
+    Immutable once built, and shared by the :class:`WordpieceTokenizer` objects of the same vocabulary
+    built with one :class:`WordpieceOpsCache` (the process's, unless they are given another): a model
+    directory loaded again calls the functions already traced instead of building their ~500 ops again.
     """
 
     def __init__(self, vocab: _Vocabulary, max_bytes_per_word: int):
@@ -393,27 +393,42 @@ class _WordpieceOps(tf.Module):
             return self._fast_wordpiece.detokenize(pieces)
 
 
-# Every vocabulary's ops in use (by a live tokenizer), and the last few used (a model directory
-# loaded again after its tokenizer was dropped: the next test, request or export).
 _OpsKey = Tuple[Tuple[str, ...], int]  # (pieces, max_bytes_per_word)
-_LIVE_OPS: "weakref.WeakValueDictionary[_OpsKey, _WordpieceOps]" = weakref.WeakValueDictionary()
-_RECENT_OPS: "OrderedDict[_OpsKey, _WordpieceOps]" = OrderedDict()
-_RECENT_OPS_LIMIT = 4  # each costs a few MB and its traced functions
-_OPS_LOCK = threading.Lock()
 
 
-def _shared_ops(vocab: _Vocabulary, max_bytes_per_word: int) -> _WordpieceOps:
-    """The process's :class:`_WordpieceOps` for this vocabulary and word limit, built on first use."""
-    key = (vocab.pieces, max_bytes_per_word)
-    with _OPS_LOCK:
-        ops = _LIVE_OPS.get(key)
-        if ops is None:
-            ops = _LIVE_OPS[key] = _WordpieceOps(vocab, max_bytes_per_word)
-        _RECENT_OPS[key] = ops
-        _RECENT_OPS.move_to_end(key)
-        while len(_RECENT_OPS) > _RECENT_OPS_LIMIT:
-            _RECENT_OPS.popitem(last=False)
-        return ops
+class WordpieceOpsCache:
+    """The in-graph form (:class:`_WordpieceOps`) of each vocabulary, built once and shared by every
+    tokenizer built with this cache.
+
+    Why: building the two traced functions costs ~500 ops (about 0.6 CPU-s); a model directory loaded
+    again (a second translator, an export and its check, a server's reload, the next test) calls the
+    ones already traced instead (benchmarks/README.md, "Tracing the tokenizer once"). Kept: the form of
+    every vocabulary a live tokenizer uses, and of the ``keep_recent`` vocabularies used last after
+    their tokenizers are gone (each costs a few MB and its traced functions). Thread-safe.
+    """
+
+    def __init__(self, keep_recent: int = 4):
+        self._in_use: "weakref.WeakValueDictionary[_OpsKey, _WordpieceOps]" = weakref.WeakValueDictionary()
+        self._recent: "OrderedDict[_OpsKey, _WordpieceOps]" = OrderedDict()
+        self._keep_recent = keep_recent
+        self._lock = threading.Lock()
+
+    def ops(self, vocab: _Vocabulary, max_bytes_per_word: int) -> _WordpieceOps:
+        """The form of this vocabulary and word limit (the graph holds the limit), built on first use."""
+        key = (vocab.pieces, max_bytes_per_word)
+        with self._lock:
+            ops = self._in_use.get(key)
+            if ops is None:
+                ops = self._in_use[key] = _WordpieceOps(vocab, max_bytes_per_word)
+            self._recent[key] = ops
+            self._recent.move_to_end(key)
+            while len(self._recent) > self._keep_recent:
+                self._recent.popitem(last=False)
+            return ops
+
+
+# What every tokenizer of the process shares unless it is given a cache of its own.
+PROCESS_OPS = WordpieceOpsCache()
 
 
 class WordpieceTokenizer(tf.Module):
@@ -425,6 +440,8 @@ class WordpieceTokenizer(tf.Module):
             both single-character pieces "▁c" and "c".
         max_bytes_per_word: words longer than this many UTF-8 bytes become "⁇".
         name: the tf.Module name.
+        ops_cache: where the in-graph form of the vocabulary comes from: :data:`PROCESS_OPS` shares it
+            with the process's other tokenizers of the same vocabulary.
 
     Build one with :meth:`learn` or :meth:`load`. ``tokenize`` and ``detokenize`` only use graph ops,
     so they work eagerly, inside ``tf.function``, in ``tf.data`` ``map`` and in exported graphs.
@@ -435,13 +452,14 @@ class WordpieceTokenizer(tf.Module):
         pieces: Sequence[str],
         max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD,
         name: Optional[str] = None,
+        ops_cache: WordpieceOpsCache = PROCESS_OPS,
     ):
         super().__init__(name=name)
         if max_bytes_per_word < 1:
             raise ValueError(f"max_bytes_per_word must be positive, got {max_bytes_per_word}")
         self._vocab = _validate(pieces)
         self._max_bytes_per_word = int(max_bytes_per_word)
-        self._ops = _shared_ops(self._vocab, self._max_bytes_per_word)
+        self._ops = ops_cache.ops(self._vocab, self._max_bytes_per_word)
 
     # ------------------------------------------------------------------ properties
 
@@ -616,8 +634,10 @@ class WordpieceTokenizer(tf.Module):
         return path
 
     @classmethod
-    def load(cls, path: str, max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD) -> "WordpieceTokenizer":
-        """Reads the vocabulary file ``path`` (written by :meth:`save`) and validates it."""
+    def load(cls, path: str, max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD,
+             ops_cache: WordpieceOpsCache = PROCESS_OPS) -> "WordpieceTokenizer":
+        """Reads the vocabulary file ``path`` (written by :meth:`save`) and validates it; ``ops_cache`` as
+        for the constructor."""
         if not os.path.isfile(path):
             raise FileNotFoundError(
                 f"no wordpiece vocabulary: the file {path!r} does not exist "
@@ -632,7 +652,7 @@ class WordpieceTokenizer(tf.Module):
         if len(pieces) > 1 and pieces[-1] == "":  # tolerate a final newline (pieces are never empty)
             pieces.pop()
         try:
-            return cls(pieces, max_bytes_per_word=max_bytes_per_word)
+            return cls(pieces, max_bytes_per_word=max_bytes_per_word, ops_cache=ops_cache)
         except ValueError as error:
             raise ValueError(f"{path}: invalid wordpiece vocabulary: {error}") from error
 

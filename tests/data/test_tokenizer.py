@@ -1,11 +1,13 @@
 """Tests of the shared wordpiece vocabulary (section 4.1) and its in-graph tokenize/detokenize."""
 
 import contextlib
+import gc
 import gettext
 import glob
 import io
 import os
 import re
+import weakref
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from gnmt_tf.data.tokenizer import (
     UNKNOWN_TEXT,
     WHITESPACE,
     WORD_MARK,
+    WordpieceOpsCache,
     WordpieceTokenizer,
 )
 from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
@@ -389,6 +392,30 @@ def test_tokenizers_of_one_vocabulary_share_their_traced_functions(tok, tok_12):
     assert tok_12._ops is not tok._ops
     long_word = "l’entreprise"  # 14 UTF-8 bytes
     assert round_trip(tok, [long_word]) == [long_word] and round_trip(tok_12, [long_word]) == [UNKNOWN_TEXT]
+
+
+def test_a_tokenizer_given_a_cache_of_its_own_shares_only_within_it(tok):
+    own = WordpieceOpsCache()
+    separate = WordpieceTokenizer(tok.pieces, ops_cache=own)
+    assert separate._ops is not tok._ops  # not the process's
+    assert WordpieceTokenizer(tok.pieces, ops_cache=own)._ops is separate._ops
+    assert round_trip(separate, HELD_OUT) == [tok.normalize(s) for s in HELD_OUT]
+
+
+def test_the_cache_keeps_the_vocabularies_in_use_and_the_last_ones_used(tok, tmp_path):
+    cache = WordpieceOpsCache(keep_recent=1)
+    first = weakref.ref(WordpieceTokenizer(tok.pieces, ops_cache=cache)._ops)
+    gc.collect()
+    assert first() is not None  # its tokenizer is gone, but it is the last one used: a reload reuses it
+    path = WordpieceTokenizer(tok.pieces).save(str(tmp_path / "wordpieces.txt"))
+    assert WordpieceTokenizer.load(path, ops_cache=cache)._ops is first()
+    WordpieceTokenizer(tok.pieces, max_bytes_per_word=12, ops_cache=cache)  # another one used since
+    gc.collect()
+    assert first() is None  # neither in use nor among the last keep_recent: dropped
+    in_use = WordpieceTokenizer(tok.pieces, ops_cache=cache)
+    WordpieceTokenizer(tok.pieces, max_bytes_per_word=12, ops_cache=cache)
+    gc.collect()
+    assert WordpieceTokenizer(tok.pieces, ops_cache=cache)._ops is in_use._ops  # kept while in use
 
 
 def test_load_errors_are_clear(tmp_path):
