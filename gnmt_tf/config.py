@@ -397,11 +397,25 @@ class DataConfig:
     dev_max_pairs: int = _doc(
         "At most this many pairs in a held-out dev split (see dev_fraction).", default=1000
     )
+    test_fraction: float = _doc(
+        "When gnmt-train holds out a dev split: the share of the pairs held out first as a test split, "
+        "written to the model directory as test.tsv and used by nothing in training (score it with "
+        "gnmt-evaluate --test). No variant of a source is in two splits.",
+        default=0.02,
+    )
+    test_max_pairs: int = _doc(
+        "At most this many pairs in the held-out test split (see test_fraction).", default=1000
+    )
 
     def validate(self, where: str) -> None:
-        _positive(self, where, "max_characters", "max_length", "bucket_width", "shuffle_buffer", "dev_max_pairs")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise ConfigError(f"{where}.dev_fraction: must be in (0, 1), got {self.dev_fraction}")
+        _positive(self, where, "max_characters", "max_length", "bucket_width", "shuffle_buffer", "dev_max_pairs",
+                  "test_max_pairs")
+        for name in ("dev_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(f"{where}.{name}: must be in (0, 1), got {getattr(self, name)}")
+        if self.dev_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(f"{where}.dev_fraction + test_fraction: must leave pairs to train on, got "
+                              f"{self.dev_fraction} + {self.test_fraction}")
 
 
 @dataclass

@@ -5,7 +5,7 @@ files into a list of ``(source, target)`` strings plus a :class:`LoadReport` tha
 counts every line that was skipped and why.  Bad lines are skipped and counted, never
 silently lost and never fatal; only problems that make the whole input meaningless
 (a missing file, aligned files of different lengths, nothing usable at all) raise
-:class:`DataError`.  :func:`split_dev` holds out a deterministic dev split.
+:class:`DataError`.  :func:`split_dev` holds out a deterministic dev split, :func:`split_held_out` a dev and a test split.
 """
 
 from __future__ import annotations
@@ -323,16 +323,44 @@ def split_dev(
     translations or variants (``_File``/``&File``, case, a trailing ``…``, ``%s``/``%d``:
     common in gettext catalogs) is entirely on one side: the dev set never scores a
     sentence the model was trained on.  When more than ``max_pairs`` pairs qualify,
-    those with the smallest hashes are kept, still whole sources at a time.  Both lists keep
-    the input order.  Returns ``(train_pairs, dev_pairs)``.
+    those with the smallest hashes are kept, still whole sources at a time.  Both lists
+    keep the input order.  Returns ``(train_pairs, dev_pairs)``.
     """
+    return _hold_out(pairs, fraction, max_pairs, str(seed))
+
+
+def split_held_out(pairs: Sequence[Pair], dev_fraction: float, dev_max_pairs: int, test_fraction: float,
+                   test_max_pairs: int, seed: int) -> Tuple[List[Pair], List[Pair], List[Pair]]:
+    """Train, dev and test splits, no variant of a source in two of them (see :func:`split_dev`).
+
+    The test split is held out first, by a hash of its own, and takes part in nothing: no training,
+    no choice of a checkpoint or a setting. The dev split is then :func:`split_dev` of the rest with
+    the same ``seed``, so it is the dev split of the whole, less the pairs the test split took.
+    Returns ``(train_pairs, dev_pairs, test_pairs)``, each in the input order.
+    """
+    rest, test = _hold_out(pairs, test_fraction, test_max_pairs, f"{seed}:test")
+    train, dev = split_dev(rest, dev_fraction, dev_max_pairs, seed)
+    return train, dev, test
+
+
+def _hold_out(pairs: Sequence[Pair], fraction: float, max_pairs: int, salt: str) -> Tuple[List[Pair], List[Pair]]:
+    """(kept, held out): about ``fraction`` of the sources' variant groups, by a hash salted with ``salt``."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     if max_pairs < 0:
         raise ValueError(f"max_pairs must be >= 0, got {max_pairs}")
-    scores = [_hash_unit(seed, variant_key(source)) for source, _ in pairs]
-    candidates = sorted(score for score in scores if score < fraction)
-    # The cap: admit whole groups of equal score (= same source) in increasing order.
+    scores = [_hash_unit(salt, variant_key(source)) for source, _ in pairs]
+    threshold = _admission_threshold(sorted(score for score in scores if score < fraction), max_pairs)
+    kept: List[Pair] = []
+    held_out: List[Pair] = []
+    for pair, score in zip(pairs, scores):
+        (held_out if score <= threshold else kept).append(pair)
+    return kept, held_out
+
+
+def _admission_threshold(candidates: List[float], max_pairs: int) -> float:
+    """The largest score admitted when whole groups of equal score (= one source) are admitted in
+    increasing order while they fit in ``max_pairs``; -1 when none fits."""
     threshold = -1.0
     admitted = 0
     index = 0
@@ -345,14 +373,10 @@ def split_dev(
         admitted += end - index
         threshold = candidates[index]
         index = end
-    train: List[Pair] = []
-    dev: List[Pair] = []
-    for pair, score in zip(pairs, scores):
-        (dev if score <= threshold else train).append(pair)
-    return train, dev
+    return threshold
 
 
-def _hash_unit(seed: int, text: str) -> float:
-    """A stable pseudo-random number in [0, 1) from seed and text (unlike hash(), same in every run)."""
-    digest = hashlib.sha1(f"{seed}\x00{text}".encode("utf-8")).digest()
+def _hash_unit(salt: str, text: str) -> float:
+    """A stable pseudo-random number in [0, 1) from salt and text (unlike hash(), same in every run)."""
+    digest = hashlib.sha1(f"{salt}\x00{text}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64

@@ -54,3 +54,19 @@ def test_the_dev_split_puts_every_variant_of_a_source_on_one_side():
     in_all = Counter(variant_key(source) for source, _ in pairs)
     assert all(in_all[key] == count for key, count in in_dev.items())
     assert max(in_dev.values()) == 4
+
+
+def test_train_dev_and_test_splits_share_no_variant_and_dev_is_the_dev_split_less_test():
+    from gnmt_tf.data import split_held_out
+
+    pairs = [(f"{prefix}Message {i}{suffix}", f"m{i}") for i in range(3000)
+             for prefix, suffix in (("", ""), ("&", "…"))]
+    train, dev, test = split_held_out(pairs, 0.05, 10_000, 0.05, 100, seed=11)
+    assert sorted(train + dev + test) == sorted(pairs)
+    keys = [{variant_key(source) for source, _ in split} for split in (train, dev, test)]
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
+    assert len(test) == 100 and 200 < len(dev) < 400  # the cap, and about 5% of 6000
+    # The test split is held out by a hash of its own, and the dev split is split_dev's, less the test pairs.
+    _, whole_dev = split_dev(pairs, 0.05, 10_000, seed=11)
+    assert dev == [pair for pair in whole_dev if pair not in set(test)]
+    assert set(test) - set(whole_dev)  # not simply a part of the dev split
