@@ -7,8 +7,8 @@ Trains ours (the ``small`` config cut to the peer's size: 2 encoder + 2 decoder 
 units, bottom encoder layer bi-directional) and the peer OpenNMT-py
 (``../shared/peers/onmtpy/run.sh`` with ``LAYERS=2 UNITS=256``: bi-LSTM encoder, additive
 attention) for the same minutes on the built-in English->French training pairs, one after
-the other with the same threads, then decodes the default dev split (500 held-out
-sentences) with both: beam 4, the GNMT penalties with alpha = beta = 0.2, batches of 32.
+the other with the same threads, then decodes the held-out test split (quality_benchmark's
+split) with both: beam 4, the GNMT penalties with alpha = beta = 0.2, batches of 32.
 The peer reports its own decoding time (``onmt_translate -report_time``: translation only,
 model loading excluded); ours is timed the same way (the model loaded and the graph traced on
 a first batch beforehand). Source words/s = whitespace words of the test sources / seconds.
@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 from harness import write_report  # noqa: E402
-from quality_benchmark import read_pairs, run_peer, score, thread_env, train_ours, write_split  # noqa: E402
+from quality_benchmark import Trial, read_pairs, run_peer, score, thread_env, train_ours, write_splits  # noqa: E402
 
 SIZE = ["model.encoder_layers=2", "model.decoder_layers=2", "model.units=256"]
 DECODING = {"beam_width": 4, "alpha": 0.2, "beta": 0.2}
@@ -77,17 +77,19 @@ def main(argv=None) -> int:
         return 0
 
     os.makedirs(args.workdir, exist_ok=True)
-    train, test = write_split(args.workdir, [])
+    splits = write_splits(os.path.join(args.workdir, "splits"))
+    test = splits["test"]
     ours_dir = os.path.join(args.workdir, f"ours-2x256-{args.minutes:g}min")
     peer_dir = os.path.join(args.workdir, f"peer-2x256-{args.minutes:g}min")
     if os.path.isdir(os.path.join(ours_dir, "best")):  # a finished run of an earlier sitting
         print(f"ours: using the trained {ours_dir}", flush=True)
     else:
         print(f"training ours (2+2x256) for {args.minutes:g} minutes, {args.threads} thread(s)", flush=True)
-        train_ours(ours_dir, args.minutes, args.threads, SIZE)
+        train_ours(ours_dir, args.minutes, args.threads, SIZE, splits)
     print(f"training and decoding the peer (2+2x256) for {args.minutes:g} minutes", flush=True)
-    peer = run_peer("lstm", {"LAYERS": "2", "UNITS": "256"}, train, test, peer_dir, args.minutes,
-                    args.threads)["reported"]
+    peer_run = run_peer(Trial("lstm", "2x256", {"LAYERS": "2", "UNITS": "256"}), peer_dir, args.minutes, args.threads,
+                        splits)
+    peer = {**peer_run["reported"], "bleu": peer_run["test"]["beam"]["whole"]["bleu"]}
     print("decoding with ours", flush=True)
     worker = subprocess.run(
         [sys.executable, __file__, "--threads", str(args.threads), "--decode-worker", ours_dir, test],
