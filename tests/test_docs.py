@@ -415,7 +415,7 @@ def check_evaluate(command, result, world):
     with open(world.path(command.args[command.args.index("--test") + 1]), encoding="utf-8") as handle:
         pairs = [line for line in handle if line.strip()]
     report = json.loads(result.stdout)
-    assert report["sentences"] == len(pairs) and report["skipped_lines"] == 0
+    assert report["sentences"] == len(pairs)
     assert report["bleu"] > 70 and report["bleu_text"].startswith(f"BLEU = {report['bleu']:.2f}")
     assert report["signature"].startswith("nrefs:1") and report["beam_width"] == 4  # the tiny config's
     assert report["shortlist"] is ("--shortlist" in command.args)  # decoding.use_shortlist's default: off

@@ -7,11 +7,10 @@ Each option is declared once here, with one help text; how a command runs is :mo
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import sys
 
+from gnmt_tf.cli import text_files
 from gnmt_tf.cli.scaffold import UsageError
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_argument
 from gnmt_tf.model_files import CHECKPOINT_CHOICES
@@ -58,8 +57,10 @@ def check_new_directory(flag: str, path) -> None:
 
 
 def add_input_output_arguments(parser: argparse.ArgumentParser, lines: str, results: str) -> None:
-    """``--input`` (default: stdin) and ``--output`` (default: stdout), for :func:`open_text`."""
-    parser.add_argument("--input", default=None, help=f"file of {lines} (default: stdin)")
+    """``--input`` (default: stdin), how it is decoded, and ``--output`` (default: stdout), for
+    :func:`open_input` and :func:`~gnmt_tf.cli.text_files.open_output`."""
+    parser.add_argument("--input", default=None, help=f"file of {lines}, plain or gzip (default: stdin)")
+    text_files.add_encoding_errors_argument(parser)
     parser.add_argument("--output", default=None, help=f"where {results} go (default: stdout)")
 
 
@@ -76,14 +77,9 @@ def check_plot_attention(parser, args) -> None:
     check_new_directory("--plot-attention", args.plot_attention)
 
 
-def open_text(path, mode: str = "r"):
-    """A context manager: ``path`` as UTF-8 text (undecodable input bytes replaced), or stdin or stdout for
-    None, which it leaves open."""
-    if path:
-        return open(path, mode, encoding="utf-8", errors="replace" if mode == "r" else "strict")
-    if mode == "r":
-        return contextlib.nullcontext(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-    return contextlib.nullcontext(sys.stdout)
+def open_input(args):
+    """A context manager: the lines of ``--input`` (or stdin), decoded as ``--encoding-errors`` says."""
+    return text_files.open_input(args.input, text_files.ENCODING_ERRORS[args.encoding_errors])
 
 
 # ------------------------------------------------------------------ train, shortlist

@@ -19,6 +19,7 @@ import sys
 from gnmt_tf.cli import common
 from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
+from gnmt_tf.cli.text_files import input_name, open_output, tab_separated_pair
 
 
 def add_arguments(parser) -> None:
@@ -27,27 +28,23 @@ def add_arguments(parser) -> None:
     common.add_plot_attention_argument(parser, "each pair")
 
 
-def read_pairs(lines):
-    """(source, translation) of each line; a line without exactly one tab is an error naming it."""
-    pairs = []
-    for number, line in enumerate(lines, 1):
-        fields = line.rstrip("\n").rstrip("\r").split("\t")
-        if len(fields) != 2:
-            raise ValueError(f"line {number}: expected SOURCE<TAB>TRANSLATION, found {len(fields)} field(s)")
-        pairs.append((fields[0], fields[1]))
-    return pairs
+def read_pairs(lines, name: str):
+    """(source, translation) of each line; a line without exactly one tab is an error naming the input
+    ``name`` and the line."""
+    return [tab_separated_pair(line, "SOURCE<TAB>TRANSLATION", f"{name} line {number}")
+            for number, line in enumerate(lines, 1)]
 
 
 def score(args) -> int:
-    with common.open_text(args.input) as source:
-        pairs = read_pairs(source)
+    with common.open_input(args) as source:
+        pairs = read_pairs(source, input_name(args.input))
     translator, _, _ = common.load_translator(args)
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     scores = translator.score(sources, targets, alpha=args.alpha, beta=args.beta,
                               return_attention=bool(args.plot_attention))
     common.warn_truncated(scores, translator.max_input_length)
     lines = ["" if s is None else f"{s.score:.6f}\t{s.log_prob:.6f}\t{s.length}" for s in scores]
-    with common.open_text(args.output, "w") as target:
+    with open_output(args.output) as target:
         target.writelines(line + "\n" for line in lines)
     if args.plot_attention:
         from gnmt_tf.plots import write_attention_pictures
@@ -62,6 +59,6 @@ def score(args) -> int:
 COMMAND = Command(
     defined_in(__spec__.name), __doc__, add_arguments, score, check=common.check_plot_attention,
     examples=("--model-dir runs/en-fr < pairs.tsv > scores.txt",),
-    exit_statuses=lambda: {ValueError: 2},  # a line that is not SOURCE<TAB>TRANSLATION (read_pairs)
+    exit_statuses=lambda: {ValueError: 2},  # what the translator refuses to score
 )
 main, build_parser = COMMAND.main, COMMAND.build_parser

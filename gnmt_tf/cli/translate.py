@@ -22,6 +22,7 @@ import time
 from gnmt_tf.cli import common
 from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
+from gnmt_tf.cli.text_files import open_output
 
 
 def add_arguments(parser) -> None:
@@ -40,7 +41,7 @@ def translate(args) -> int:
     if args.plot_attention:
         os.makedirs(args.plot_attention, exist_ok=True)
     translator, _, _ = common.load_translator(args)
-    with common.open_text(args.input) as source, common.open_text(args.output, "w") as target:
+    with common.open_input(args) as source, open_output(args.output) as target:
         count = translate_stream(translator, source, target, args)
     print(f"translated {count:,} lines", file=sys.stderr)
     return 0

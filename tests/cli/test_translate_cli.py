@@ -7,6 +7,7 @@ the same network up to the names of two output ids, so it translates every sente
 except that "un" and "six" trade places. ``best`` (the default) still holds the original.
 """
 
+import io
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import run_each_in_process
+from undecodable_input import outputs_replacing_and_of_replaced
 
 from gnmt_tf import model_files
 
@@ -152,3 +154,36 @@ def test_an_output_it_cannot_write_is_one_error_line_naming_it(trained_number_mo
         assert main(["--model-dir", model_dir, "--input", str(source), "--output", str(output)]) == 2
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith("error: ") and str(output) in line
+
+
+# "three \xff four": a Latin-1 "ÿ" where UTF-8 is expected.
+NOT_UTF8 = b"one two\nthree \xff four\nfive\n"
+
+
+def test_input_that_is_not_utf8_is_an_error_naming_the_file_and_line(trained_number_model, tmp_path, capsys,
+                                                                     monkeypatch):
+    from gnmt_tf.cli.translate import main
+
+    model_dir, _ = trained_number_model
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(NOT_UTF8)
+    assert main(["--model-dir", model_dir, "--input", str(path), "--output", str(tmp_path / "out.txt")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[-1] == (
+        f"error: {path} line 2 is not UTF-8 (byte 0xff at character 7); convert the input to UTF-8, or pass "
+        "--encoding-errors replace to read such bytes as U+FFFD")
+    assert "Traceback" not in captured.err and (tmp_path / "out.txt").read_text() == ""  # nothing translated
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(NOT_UTF8), encoding="utf-8"))
+    assert main(["--model-dir", model_dir]) == 2
+    last_line = capsys.readouterr().err.splitlines()[-1]
+    assert last_line.startswith("error: <stdin> line 2 is not UTF-8 (byte 0xff")
+
+
+def test_encoding_errors_replace_reads_undecodable_bytes_as_u_fffd(trained_number_model, tmp_path):
+    from gnmt_tf.cli.translate import main
+
+    model_dir, _ = trained_number_model
+    replacing, of_replaced = outputs_replacing_and_of_replaced(main, model_dir, tmp_path, NOT_UTF8,
+                                                               "one two\nthree \ufffd four\nfive\n")
+    assert replacing == of_replaced and len(replacing) == 3 and replacing[2] == "cinq"
