@@ -12,6 +12,7 @@ import sys
 
 from gnmt_tf.cli import text_files
 from gnmt_tf.cli.scaffold import UsageError
+from gnmt_tf.config import builtin_config_names
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_argument
 from gnmt_tf.model_files import CHECKPOINT_CHOICES
 
@@ -35,6 +36,11 @@ def positive_int(text: str) -> int:
 
 
 positive_int.__name__ = "int"  # the word argparse uses in "invalid int value"
+
+
+def config_help(default: str) -> str:
+    """The help of a ``--config``: a YAML file or a shipped config, named as configs/ holds them now."""
+    return f"YAML file or shipped config name: {', '.join(builtin_config_names())} (default: {default})"
 
 
 def add_model_dir_argument(parser: argparse.ArgumentParser) -> None:

@@ -6,12 +6,13 @@ Builds the GNMT model of a config and prints its layers and parameter counts.
 from __future__ import annotations
 
 from gnmt_tf.cli.commands import defined_in
+from gnmt_tf.cli.common import config_help
 from gnmt_tf.cli.scaffold import Command
 
 
 def add_arguments(parser) -> None:
     parser.add_argument(
-        "--config", default="small", help="YAML file or shipped config name (default: %(default)s)"
+        "--config", default="small", help=config_help("%(default)s")
     )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -25,7 +25,12 @@ import sys
 import time
 
 from gnmt_tf import model_files
-from gnmt_tf.cli.common import add_training_data_arguments, check_new_directory, load_training_pairs
+from gnmt_tf.cli.common import (
+    add_training_data_arguments,
+    check_new_directory,
+    config_help,
+    load_training_pairs,
+)
 from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command
 
@@ -37,8 +42,7 @@ REFINEMENTS = ("qat", "rl")  # fine-tunes of a trained model (--refine)
 def add_arguments(parser) -> None:
     parser.add_argument(
         "--config", default=None,
-        help=f"YAML file or shipped config name: tiny, small, gnmt_wmt14_enfr, gnmt_wmt14_ende "
-        f"(default: {DEFAULT_CONFIG}, or the config saved in --model-dir when resuming)",
+        help=config_help(f"{DEFAULT_CONFIG}, or the config saved in --model-dir when resuming"),
     )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -121,3 +121,16 @@ def test_a_model_or_config_it_cannot_use_is_exit_2_and_one_error_line(tmp_path):
         assert line.startswith("error: "), (module, line)
         assert ("model name" if module == "serving.client" else str(tmp_path)) in line, (module, line)
     assert not output.exists()
+
+
+def test_the_config_flags_name_every_shipped_config():
+    """--config of train and summary lists the configs of configs/ as they are, small_long too."""
+    from gnmt_tf.config import builtin_config_names
+
+    names = builtin_config_names()
+    assert {"small", "small_long", "tiny"} <= set(names)
+    for module in ("gnmt_tf.cli.train", "gnmt_tf.cli.summary"):
+        parser = importlib.import_module(module).COMMAND.build_parser(prog="gnmt")
+        [config] = [action for action in parser._actions if "--config" in action.option_strings]
+        listed = re.match(r"YAML file or shipped config name: (.*?) \(default: ", config.help).group(1)
+        assert listed.split(", ") == names, module
