@@ -112,9 +112,33 @@ def trained_number_model(tmp_path_factory):
     that really translates (beam search through the Translator, the translate/evaluate/export command
     lines, serving). Tests must not write into the model directory: copy it first.
     """
-    from number_model import load_checked
+    from number_model import acceptance_report, load_checked
 
-    return _built_once_per_run(tmp_path_factory, "number_model", load_checked)
+    model_dir, run = _built_once_per_run(tmp_path_factory, "number_model", load_checked)
+    # The check's figures and the margin recorded with the asset, for the run's closing summary.
+    (_run_directory(tmp_path_factory) / ACCEPTANCE_REPORT).write_text(
+        acceptance_report(run.checked, run.acceptance) + "\n", encoding="utf-8")
+    return model_dir, run
+
+
+ACCEPTANCE_REPORT = "number_model_acceptance.txt"  # in the run's directory: what the fixture's check measured
+
+
+def _run_directory(tmp_path_factory):
+    """The directory of this test run: above the xdist workers' own, or the only process's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The fixture model's acceptance figures, measured by whichever process checked it, and its recorded
+    margin."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    report = factory.getbasetemp() / ACCEPTANCE_REPORT
+    if report.is_file():
+        terminalreporter.write_line(report.read_text(encoding="utf-8").strip())
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,12 @@ session says so and names the command that makes the asset again::
 
     python tests/number_model.py
 
+How far the asset is from failing that check (its acceptance margin) is measured, not assumed:
+``run.json`` keeps it under "acceptance", as measured on each of the CPU kernel paths the suite
+runs on (:data:`KERNEL_PATHS`), and every check reports this machine's figures beside the
+recorded ones (:func:`acceptance_report`). ``python tests/number_model.py --measure`` measures
+it again for the asset as it is, without training (its weights stay as they are).
+
 Training itself is tested by cheaper runs (tests/training/test_training.py) that do not
 depend on reaching this quality.
 """
@@ -23,7 +29,9 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
+from typing import Optional
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ASSET = os.path.join(TESTS, "assets", "number_model")
@@ -55,7 +63,29 @@ FIXTURE_QUALITY = (
     "every probe sentence translated exactly, greedily and with the beam search; at least 97% of 100 "
     "held-out pairs translated exactly with the beam search"
 )
+# The acceptance margin, as run.json's "acceptance" records it (measured 2026-11-28 on this asset, each
+# path of KERNEL_PATHS, in single-threaded TensorFlow): "best" (the only checkpoint checked: "latest" is
+# the same step) translates all 34 probes right greedily and with the beam search, with a least greedy
+# log-prob gap of 3.27 nats, and 97 of the 100 held-out pairs exactly: no sentence to spare above
+# HELD_OUT_EXACT. What keeps the check from failing on another CPU is the score margin: the exact
+# held-out translation nearest to losing leads its runner-up by 0.311 (eq. 14's score) while the
+# kernel paths move those scores by at most 1.4e-6, five orders of magnitude less. The same figures
+# on all three paths; a code change that moves the model's outputs by a tenth of that lead shows.
 HELD_OUT_EXACT = 0.97
+
+# The kernel paths the acceptance margin is measured on, each as the environment of a fresh process
+# (the oneDNN ISA is fixed when TensorFlow starts): this CPU's own (AVX-512 with BF16/AMX here), oneDNN
+# held to AVX2 (the float32 products of a CPU without AVX-512, whose sums run in another order), and
+# oneDNN off (Eigen's kernels, which also take bfloat16 products on a CPU without AVX-512: oneDNN
+# then leaves them to Eigen). The fixture check translates in float32 throughout; no bfloat16 product
+# is involved, so oneDNN's AVX-512 bfloat16 emulation (ONEDNN_MAX_CPU_ISA=AVX512_CORE) changes nothing
+# here. (ONEDNN_MAX_CPU_ISA=AVX2 alone cannot stand for such a CPU's bfloat16 products: TensorFlow
+# still hands them to oneDNN, which has no AVX2 bfloat16 kernel and crashes.)
+KERNEL_PATHS = {
+    "native": {},
+    "onednn_avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "eigen": {"TF_ENABLE_ONEDNN_OPTS": "0"},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +98,11 @@ class NumberModelRun:
     dev_bleu: float  # the run's final dev BLEU (the config's beam search, on dev.tsv)
     dev_bleu_signature: str
     seed: int  # the initial weights' seed that met the quality
+    # FIXTURE_QUALITY's figures as measured when the asset was made or last measured (--measure):
+    # {"paths": {path: {checkpoint: figures}}, "margin": the least over them}; see measure_acceptance.
+    acceptance: Optional[dict] = None
+    # This session's figures, from the check load_checked ran: {checkpoint: figures}. Not in run.json.
+    checked: Optional[dict] = None
 
 
 def number_training_pairs():
@@ -112,28 +147,51 @@ def load_checked(directory):
     """Copy the asset into ``directory`` and check it; returns (model_dir, NumberModelRun).
 
     Raises AssertionError, naming what is wrong and the command that makes the asset again, when
-    its checkpoints do not restore into the current model or do not meet FIXTURE_QUALITY here.
+    its checkpoints do not restore into the current model or do not meet FIXTURE_QUALITY here. The
+    run it returns carries this check's figures (``checked``) beside the recorded ones (``acceptance``).
     """
     if not os.path.isfile(os.path.join(ASSET, RUN_FILE)):
         raise AssertionError(f"the trained number model is missing from {ASSET}: make it with {REBUILD}")
     model_dir = os.path.join(str(directory), "model")
     shutil.copytree(ASSET, model_dir, ignore=shutil.ignore_patterns(RUN_FILE))
-    with open(os.path.join(ASSET, RUN_FILE), encoding="utf-8") as handle:
-        run = NumberModelRun(**json.load(handle))
+    run = read_run()
     from gnmt_tf.data import read_tsv
 
     held_out, _ = read_tsv(os.path.join(model_dir, "test.tsv"))
     check = FixtureCheck(model_dir, held_out, weights_only=True)
     try:
-        shortfall = "; ".join(f"{which}: {problem}" for which in _distinct_checkpoints(model_dir)
-                              if (problem := check.shortfall(which)))
+        checked = {which: check.measure(which) for which in _distinct_checkpoints(model_dir)}
     except AssertionError as error:  # a variable of the current model that the checkpoint lacks, or the reverse
         raise AssertionError(f"the number model in {ASSET} does not fit the current model's variables "
                              f"({error}); make it again with {REBUILD}") from error
+    shortfall = "; ".join(f"{which}: {problem}" for which, figures in checked.items()
+                          if (problem := shortfall_of(figures)))
     if shortfall:
         raise AssertionError(f"the number model in {ASSET} falls short of its quality ({FIXTURE_QUALITY}) "
-                             f"on this machine: {shortfall}")
-    return model_dir, run
+                             f"on this machine: {shortfall}. {acceptance_report(checked, run.acceptance)}")
+    return model_dir, dataclasses.replace(run, checked=checked)
+
+
+def read_run():
+    """The asset's NumberModelRun, as run.json records it."""
+    with open(os.path.join(ASSET, RUN_FILE), encoding="utf-8") as handle:
+        return NumberModelRun(**json.load(handle))
+
+
+def acceptance_report(checked, acceptance):
+    """One line: this machine's acceptance figures of the fixture model and the margin recorded with it."""
+    here = "; ".join(f"{which}: {describe(figures)}" for which, figures in checked.items())
+    margin = margin_of(checked)
+    line = (f"number model acceptance here: {here} (margin: {margin['held_out_sentences']} held-out "
+            f"sentences above the {HELD_OUT_EXACT:.0%} needed, least beam lead of an exact one "
+            f"{margin['beam_lead']:.3f}; least greedy log-prob gap {margin['greedy_gap']:.2f})")
+    if not acceptance:
+        return line + f"; no margin recorded in {RUN_FILE}: measure it with {REBUILD} --measure"
+    recorded = acceptance["margin"]
+    paths = ", ".join(acceptance["paths"])
+    return line + (f"; recorded on {paths}: {recorded['held_out_sentences']} held-out sentences, "
+                   f"least beam lead {recorded['beam_lead']:.3f}, greedy gap {recorded['greedy_gap']:.2f}, "
+                   f"scores {acceptance['score_spread_between_paths']:.2g} apart between the paths")
 
 
 def _distinct_checkpoints(model_dir):
@@ -159,6 +217,7 @@ class FixtureCheck:
         # each variable of the model found (a training run's checkpoints hold the optimizer's too).
         self.weights_only = weights_only
         self.model = self.translator = None
+        self.with_scores = False
 
     def _load(self, which):
         import tensorflow as tf
@@ -178,24 +237,156 @@ class FixtureCheck:
         else:
             status.assert_existing_objects_matched().expect_partial()
 
-    def shortfall(self, which):
+    def measure(self, which):
+        """FIXTURE_QUALITY's figures for checkpoint ``which``: probe sentences wrong (greedy, beam), held-out
+        pairs exact and their count, and the least log-prob gap between the greedy choice and the runner-up
+        along the probes' greedy outputs (how far the greedy probes are from another output)."""
         from helpers import ENGLISH_NUMBERS, FRENCH_NUMBERS
 
         self._load(which)
         french = dict(zip(ENGLISH_NUMBERS, FRENCH_NUMBERS))
         expected = [" ".join(french[word] for word in sentence.split()) for sentence in PROBE_SENTENCES]
-        problems = []
-        for name, outputs in (("greedy", [t.text for t in self.translator.greedy(list(PROBE_SENTENCES))]),
+        figures = {}
+        greedy = [t.text for t in self.translator.greedy(list(PROBE_SENTENCES))]
+        for name, outputs in (("greedy", greedy),
                               ("beam", [t.text for t in self.translator.translate(list(PROBE_SENTENCES))])):
-            wrong = [(s, o) for s, o, e in zip(PROBE_SENTENCES, outputs, expected) if o != e]
-            if wrong:
-                problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
+            figures[f"{name}_probes_wrong"] = [[s, o] for s, o, e in zip(PROBE_SENTENCES, outputs, expected)
+                                               if o != e]
         pairs = self.held_out_pairs
-        outputs = [t.text for t in self.translator.translate([source for source, _ in pairs])]
-        exact = sum(o == target for o, (_, target) in zip(outputs, pairs)) / len(pairs)
-        if exact < HELD_OUT_EXACT:
-            problems.append(f"{exact:.0%} of the held-out pairs exact")
-        return "; ".join(problems)
+        sources = [source for source, _ in pairs]
+        outputs = [t.text for t in self.translator.translate(sources)]
+        exact = [o == target for o, (_, target) in zip(outputs, pairs)]
+        figures["held_out_exact"] = sum(exact)
+        figures["held_out"] = len(pairs)
+        gaps = greedy_gaps(self.model, self.translator.tokenizer, list(PROBE_SENTENCES), greedy)
+        figures["greedy_gap"] = round(float(gaps.min()), 4)
+        # How near an exact held-out translation is to losing to another hypothesis: its beam score's lead
+        # over the runner-up of the same search (eq. 14's scores, in the 2-best list).
+        leads = [nbest[0].score - nbest[1].score for nbest, output, right
+                 in zip(self.translator.translate_nbest(sources, n_best=2), outputs, exact)
+                 if right and len(nbest) == 2 and nbest[0].text == output]
+        figures["beam_lead"] = round(float(min(leads)), 4) if leads else None
+        figures["held_out_wrong"] = [[s, o] for s, o, right in zip(sources, outputs, exact) if not right]
+        if self.with_scores:  # for measure_acceptance's comparison of kernel paths
+            figures["held_out_scores"] = [best[0].score for best in self.translator.translate_nbest(sources)]
+        return figures
+
+    def shortfall(self, which):
+        return shortfall_of(self.measure(which))
+
+
+def shortfall_of(figures):
+    """What ``figures`` (FixtureCheck.measure's) fall short of FIXTURE_QUALITY by ("" when they meet it)."""
+    problems = []
+    for name in ("greedy", "beam"):
+        wrong = figures[f"{name}_probes_wrong"]
+        if wrong:
+            problems.append(f"{name} gets {len(wrong)} probe sentences wrong, e.g. {wrong[:3]}")
+    if figures["held_out_exact"] < HELD_OUT_EXACT * figures["held_out"]:
+        problems.append(f"{figures['held_out_exact'] / figures['held_out']:.0%} of the held-out pairs exact")
+    return "; ".join(problems)
+
+
+def describe(figures):
+    probes = len(PROBE_SENTENCES)
+    return (f"probes {probes - len(figures['greedy_probes_wrong'])}/{probes} greedy, "
+            f"{probes - len(figures['beam_probes_wrong'])}/{probes} beam; held-out "
+            f"{figures['held_out_exact']}/{figures['held_out']} exact, least beam lead of an exact one "
+            f"{figures['beam_lead']:.3f}; greedy gap {figures['greedy_gap']:.2f}")
+
+
+def margin_of(checked):
+    """The acceptance margin of figures {checkpoint: FixtureCheck.measure's}: held-out sentences above the
+    least exact count FIXTURE_QUALITY accepts, and the least greedy log-prob gap on the probes (both
+    their least over the checkpoints); a negative held-out margin, or probes wrong, is a shortfall."""
+    import math
+
+    return {
+        "held_out_sentences": min(f["held_out_exact"] - math.ceil(HELD_OUT_EXACT * f["held_out"] - 1e-9)
+                                  for f in checked.values()),
+        "greedy_gap": min(f["greedy_gap"] for f in checked.values()),
+        "beam_lead": min((f["beam_lead"] for f in checked.values() if f["beam_lead"] is not None),
+                         default=float("nan")),
+        "probes_wrong": max(len(f["greedy_probes_wrong"]) + len(f["beam_probes_wrong"])
+                            for f in checked.values()),
+    }
+
+
+def greedy_gaps(model, tokenizer, sources, outputs, weights=None):
+    """Per sentence, the least gap (nats) between the log-prob of the wordpiece ``outputs`` has at each
+    position (EOS included) and the best other wordpiece's, from one teacher-forced pass of ``model``
+    (through ``weights``, a WeightReader; default: the float weights). For greedy outputs this is how far
+    each is from a different greedy output: a product that moved a log-prob by less than half of it
+    cannot change the output. Negative where ``outputs`` is not the model's greedy choice."""
+    import numpy as np
+    import tensorflow as tf
+
+    from gnmt_tf.vocab import BOS_ID, EOS_ID, PAD_ID
+
+    source = tokenizer.tokenize(list(sources))
+    target = tokenizer.tokenize(list(outputs))
+    column = lambda token: tf.fill([len(sources), 1], token)  # noqa: E731
+    source = tf.concat([source, column(EOS_ID)], axis=1).to_tensor(PAD_ID)
+    target_in = tf.concat([column(BOS_ID), target], axis=1).to_tensor(PAD_ID)
+    target_out = tf.concat([target, column(EOS_ID)], axis=1).to_tensor(PAD_ID).numpy()
+    if weights is None:
+        logits = model((source, target_in))
+    else:
+        logits = model.forward(source, target_in, weights=weights)[0]
+    log_probs = tf.nn.log_softmax(logits).numpy().astype(np.float64)
+    chosen = np.take_along_axis(log_probs, target_out[..., None], axis=-1)[..., 0]
+    np.put_along_axis(log_probs, target_out[..., None], -np.inf, axis=-1)
+    gaps = np.where(target_out != PAD_ID, chosen - log_probs.max(axis=-1), np.inf)
+    return gaps.min(axis=1)
+
+
+# ------------------------------------------------------------------------------ the acceptance margin
+def measure_acceptance(paths=tuple(KERNEL_PATHS), timeout=900):
+    """FIXTURE_QUALITY's figures of the asset on each kernel path (a fresh process each, with a timeout):
+    {"paths": {path: {checkpoint: figures}}, "margin": margin_of over every path and checkpoint}."""
+    measured = {}
+    for path in paths:
+        env = dict(os.environ, **KERNEL_PATHS[path], TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1",
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), TESTS]))
+        result = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure-here"], env=env,
+                                capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise AssertionError(f"measuring on {path} failed: {result.stderr[-3000:]}")
+        measured[path] = json.loads(result.stdout.strip().splitlines()[-1])
+    # How much the kernel paths move the scores the check rests on: the largest difference between two
+    # paths' beam scores of the same held-out sentence (the beam leads above are margins against this).
+    import numpy as np
+
+    scores = np.array([[figures.pop("held_out_scores") for _, figures in sorted(checked.items())]
+                       for checked in measured.values()])
+    every = {f"{path}/{which}": figures
+             for path, checked in measured.items() for which, figures in checked.items()}
+    return {"paths": measured, "margin": margin_of(every),
+            "score_spread_between_paths": float(f"{np.ptp(scores, axis=0).max():.3g}")}
+
+
+def _measure_here():
+    """This process's figures for the asset's checkpoints, as JSON on the last line of stdout."""
+    import tempfile
+
+    from gnmt_tf.data import read_tsv
+
+    with tempfile.TemporaryDirectory() as work:
+        model_dir = os.path.join(work, "model")
+        shutil.copytree(ASSET, model_dir, ignore=shutil.ignore_patterns(RUN_FILE))
+        held_out, _ = read_tsv(os.path.join(model_dir, "test.tsv"))
+        check = FixtureCheck(model_dir, held_out, weights_only=True)
+        check.with_scores = True
+        checked = {which: check.measure(which) for which in _distinct_checkpoints(model_dir)}
+    print(json.dumps(checked))
+
+
+def _write_run(run):
+    fields = dataclasses.asdict(run)
+    fields.pop("checked")
+    with open(os.path.join(ASSET, RUN_FILE), "w", encoding="utf-8") as handle:
+        json.dump(fields, handle, indent=1)
+        handle.write("\n")
 
 
 def held_out_number_pairs(count, seen_pairs):
@@ -282,26 +473,39 @@ def keep_weights_only(model_dir):
         checkpoint.write(prefix)  # with the checkpoint's save_counter, which every restore matches
 
 
-def main():
-    """Train the number model and replace tests/assets/number_model/ with it."""
+def main(argv=None):
+    """Train the number model and replace tests/assets/number_model/ with it, then measure its acceptance
+    margin; ``--measure``: only measure it again and record it in run.json (no training, weights
+    unchanged)."""
     import pathlib
     import tempfile
 
+    argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # single-threaded, as the recipe's figures above were measured
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     sys.path[:0] = [os.path.dirname(TESTS), TESTS]
-    with tempfile.TemporaryDirectory() as work:
-        model_dir, run = build(pathlib.Path(work))
-        keep_weights_only(model_dir)
-        shutil.rmtree(ASSET, ignore_errors=True)
-        shutil.copytree(model_dir, ASSET)
-    with open(os.path.join(ASSET, RUN_FILE), "w", encoding="utf-8") as handle:
-        json.dump(dataclasses.asdict(run), handle, indent=1)
-        handle.write("\n")
-    print(f"wrote {ASSET}: seed {run.seed}, {run.step} steps, dev BLEU {run.dev_bleu:.2f}")
+    if argv == ["--measure-here"]:
+        return _measure_here()
+    if argv == ["--measure"]:
+        run = read_run()
+    elif not argv:
+        with tempfile.TemporaryDirectory() as work:
+            model_dir, run = build(pathlib.Path(work))
+            keep_weights_only(model_dir)
+            shutil.rmtree(ASSET, ignore_errors=True)
+            shutil.copytree(model_dir, ASSET)
+        _write_run(run)
+        print(f"wrote {ASSET}: seed {run.seed}, {run.step} steps, dev BLEU {run.dev_bleu:.2f}")
+    else:
+        sys.exit(f"usage: {REBUILD} [--measure]")
+    acceptance = measure_acceptance()
+    _write_run(dataclasses.replace(run, acceptance=acceptance))
+    for path, checked in acceptance["paths"].items():
+        print(f"{path}: " + "; ".join(f"{which}: {describe(figures)}" for which, figures in checked.items()))
+    print(f"recorded in {RUN_FILE}: margin {acceptance['margin']}")
 
 
 if __name__ == "__main__":
