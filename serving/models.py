@@ -284,11 +284,6 @@ class LoadedVersion:
             if self._active == 0:
                 self._idle.notify_all()
 
-    @property
-    def active_requests(self) -> int:
-        with self._lock:
-            return self._active
-
     def flush(self) -> None:
         for batcher in self.batchers.values():
             batcher.flush()

@@ -105,6 +105,20 @@ def proto_to_array(proto: tensor_pb2.TensorProto, signature_name: str, name: str
 
 
 # ------------------------------------------------------------------------------------ numpy -> TensorProto
+# numpy dtype -> (TensorProto dtype, the repeated field TF Serving writes its values to)
+_TYPED_FIELDS = {
+    np.dtype(np.float32): (types_pb2.DT_FLOAT, "float_val"),
+    np.dtype(np.float64): (types_pb2.DT_DOUBLE, "double_val"),
+    np.dtype(np.int32): (types_pb2.DT_INT32, "int_val"),
+    np.dtype(np.int16): (types_pb2.DT_INT16, "int_val"),
+    np.dtype(np.int8): (types_pb2.DT_INT8, "int_val"),
+    np.dtype(np.uint8): (types_pb2.DT_UINT8, "int_val"),
+    np.dtype(np.uint16): (types_pb2.DT_UINT16, "int_val"),
+    np.dtype(np.int64): (types_pb2.DT_INT64, "int64_val"),
+    np.dtype(np.bool_): (types_pb2.DT_BOOL, "bool_val"),
+}
+
+
 def array_to_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
     """An output as TF Serving writes it (values in the typed repeated fields, not tensor_content)."""
     array = np.asarray(array)
@@ -112,27 +126,14 @@ def array_to_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
     for size in array.shape:
         proto.tensor_shape.dim.add(size=int(size))
     flat = array.ravel()
-    kind = array.dtype
-    if kind == object or kind.kind in "SU":
+    if array.dtype == object or array.dtype.kind in "SU":
         proto.dtype = types_pb2.DT_STRING
         proto.string_val.extend(v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat)
-    elif kind == np.float32:
-        proto.dtype = types_pb2.DT_FLOAT
-        proto.float_val.extend(flat.tolist())
-    elif kind == np.float64:
-        proto.dtype = types_pb2.DT_DOUBLE
-        proto.double_val.extend(flat.tolist())
-    elif kind in (np.int32, np.int16, np.int8, np.uint8, np.uint16):
-        proto.dtype = tf.as_dtype(kind).as_datatype_enum
-        proto.int_val.extend(flat.tolist())
-    elif kind == np.int64:
-        proto.dtype = types_pb2.DT_INT64
-        proto.int64_val.extend(flat.tolist())
-    elif kind == np.bool_:
-        proto.dtype = types_pb2.DT_BOOL
-        proto.bool_val.extend(flat.tolist())
-    else:
+        return proto
+    if array.dtype not in _TYPED_FIELDS:
         return tf.make_tensor_proto(array)
+    proto.dtype, values = _TYPED_FIELDS[array.dtype]
+    getattr(proto, values).extend(flat.tolist())
     return proto
 
 

@@ -49,6 +49,7 @@ from serving.config import (
 from serving.errors import ServingError
 from serving.rest import response_json
 from serving.server import ModelServer, build_parser, configure, main
+from serving.tensors import array_to_proto
 
 GOOD = {"instances": ["three one four"]}
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
@@ -236,6 +237,19 @@ def test_b64_outputs():
 
 
 # ---------------------------------------------------------------------------------------------- gRPC
+@pytest.mark.parametrize("dtype, field", [
+    (np.float32, "float_val"), (np.float64, "double_val"), (np.int32, "int_val"), (np.int16, "int_val"),
+    (np.int8, "int_val"), (np.uint8, "int_val"), (np.uint16, "int_val"), (np.int64, "int64_val"),
+    (np.bool_, "bool_val")])
+def test_grpc_outputs_are_written_in_the_typed_fields(dtype, field):
+    """As TF Serving writes them: the values in the dtype's repeated field, not in tensor_content."""
+    array = np.array([[1, 0, 1], [0, 1, 1]], dtype=dtype)
+    proto = array_to_proto(array)
+    assert proto.dtype == tf.as_dtype(dtype).as_datatype_enum and proto.tensor_content == b""
+    assert list(getattr(proto, field)) == array.ravel().tolist()
+    np.testing.assert_array_equal(tf.make_ndarray(proto), array)
+
+
 def test_grpc_predict_status_metadata(server, direct):
     channel, predictions, models = stubs(server.grpc_port)
     sentences = ["three one four", "nine", ""]
