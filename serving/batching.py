@@ -19,6 +19,10 @@ Policy (TF Serving's batching scheduler, per model version and signature):
   rather than as ever-growing latency.
 * ``num_batch_threads`` batches of one signature run at the same time.
 
+The batch window is measured by the clock the batcher is given (:class:`MonotonicClock`, real time,
+unless a test passes one it moves itself), and ``on_queued`` is told each time a request joins the
+queue: tests decide when a window closes and know when a request is in flight, without sleeping.
+
 Only signatures whose outputs are all ``[batch]`` or ``[batch, fixed...]`` are batched (see
 :func:`serving.models.Signature`): an output with another variable dimension (n-best attention,
 wordpieces) would be padded to the longest sentence of the merged batch, so a request's answer
@@ -30,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Protocol, Sequence
 
 import numpy as np
 
@@ -38,14 +42,38 @@ from serving.config import BatchingOptions
 from serving.errors import ServingError, from_exception
 
 
+class Clock(Protocol):
+    """What measures the batch window."""
+
+    def now(self) -> float:
+        """Seconds, from any fixed origin."""
+
+    def wait_until(self, condition: threading.Condition, deadline: float) -> None:
+        """Waits on ``condition`` (its lock held) until it is notified or ``now()`` reaches ``deadline``."""
+
+
+class MonotonicClock:
+    """Real time for the batch window (what a server uses)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait_until(self, condition: threading.Condition, deadline: float) -> None:
+        condition.wait(max(0.0, deadline - time.monotonic()))
+
+
+def ignore_queued(waiting_sentences: int) -> None:
+    """The default ``on_queued`` hook: nothing to tell."""
+
+
 class _Task:
     __slots__ = ("inputs", "size", "key", "enqueued", "done", "outputs", "error")
 
-    def __init__(self, inputs: Dict[str, np.ndarray], size: int, key: tuple):
+    def __init__(self, inputs: Dict[str, np.ndarray], size: int, key: tuple, enqueued: float):
         self.inputs = inputs
         self.size = size
         self.key = key
-        self.enqueued = time.monotonic()
+        self.enqueued = enqueued
         self.done = threading.Event()
         self.outputs = None
         self.error = None
@@ -60,11 +88,16 @@ class Batcher:
         batch_inputs: inputs with a batch dimension (concatenated).
         key_inputs: scalar inputs (only requests with equal values are merged).
         name: for thread names and messages.
+        clock: measures the batch window (``batch_timeout_micros``); see :class:`MonotonicClock`.
+        on_queued: called with the number of sentences waiting each time a request has joined the queue.
     """
 
     def __init__(self, run: Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]], options: BatchingOptions,
-                 batch_inputs: Sequence[str], key_inputs: Sequence[str], name: str = "batcher"):
+                 batch_inputs: Sequence[str], key_inputs: Sequence[str], name: str = "batcher",
+                 clock: Clock = MonotonicClock(), on_queued: Callable[[int], None] = ignore_queued):
         self._run = run
+        self._clock = clock
+        self._on_queued = on_queued
         self.options = options
         self._batch_inputs = list(batch_inputs)
         self._key_inputs = list(key_inputs)
@@ -93,28 +126,15 @@ class Batcher:
                 f"Task size {size} is larger than maximum input batch size {options.max_batch_size} "
                 f"(batching parameter max_batch_size; send fewer sentences per request)",
             )
-        key = tuple((name, inputs[name].item()) for name in self._key_inputs)
-        piece = options.execution_batch_size
-        tasks: List[_Task] = []
-        for start in range(0, size, piece):
-            part = {name: value[start:start + piece] if name in self._batch_inputs else value
-                    for name, value in inputs.items()}
-            tasks.append(_Task(part, min(piece, size - start), key))
+        tasks = self._split(inputs, size)
         with self._cv:
-            if self._closed:
-                raise ServingError("UNAVAILABLE", f"{self.name} is being unloaded; retry")
-            capacity = options.max_enqueued_batches * piece
-            if self._queued and self._queued + size > capacity:
-                raise ServingError(
-                    "UNAVAILABLE",
-                    f"The batch scheduling queue to which this task was submitted is full ({self._queued} sentences "
-                    f"waiting, room for {capacity}: max_enqueued_batches {options.max_enqueued_batches} x batch "
-                    f"size {piece}); retry later",
-                )
+            self._check_room(size)
             self._queue.extend(tasks)
             self._queued += size
+            waiting = self._queued
             self.stats["requests"] += 1
             self._cv.notify_all()
+        self._on_queued(waiting)
         for task in tasks:
             task.done.wait()
         for task in tasks:
@@ -123,6 +143,31 @@ class Batcher:
         if len(tasks) == 1:
             return tasks[0].outputs
         return {name: np.concatenate([task.outputs[name] for task in tasks]) for name in tasks[0].outputs}
+
+    def _split(self, inputs: Dict[str, np.ndarray], size: int) -> List[_Task]:
+        """One request as tasks of at most the execution batch size (one task unless large batches are split)."""
+        key = tuple((name, inputs[name].item()) for name in self._key_inputs)
+        piece = self.options.execution_batch_size
+        enqueued = self._clock.now()
+        return [
+            _Task({name: value[start:start + piece] if name in self._batch_inputs else value
+                   for name, value in inputs.items()}, min(piece, size - start), key, enqueued)
+            for start in range(0, size, piece)
+        ]
+
+    def _check_room(self, size: int) -> None:
+        """UNAVAILABLE when the batcher is closed or ``size`` more sentences do not fit (lock held)."""
+        if self._closed:
+            raise ServingError("UNAVAILABLE", f"{self.name} is being unloaded; retry")
+        options = self.options
+        capacity = options.max_enqueued_batches * options.execution_batch_size
+        if self._queued and self._queued + size > capacity:
+            raise ServingError(
+                "UNAVAILABLE",
+                f"The batch scheduling queue to which this task was submitted is full ({self._queued} sentences "
+                f"waiting, room for {capacity}: max_enqueued_batches {options.max_enqueued_batches} x batch "
+                f"size {options.execution_batch_size}); retry later",
+            )
 
     def flush(self) -> None:
         """Run waiting requests now instead of waiting for batch timeouts (shutdown)."""
@@ -166,10 +211,9 @@ class Batcher:
                     deadline = first.enqueued + self.options.batch_timeout_seconds
                     while True:
                         batch, full = self._select(first.key)
-                        remaining = deadline - time.monotonic()
-                        if full or self._flush or self._closed or remaining <= 0:
+                        if full or self._flush or self._closed or self._clock.now() >= deadline:
                             break
-                        self._cv.wait(remaining)
+                        self._clock.wait_until(self._cv, deadline)
                     for task in batch:
                         self._queue.remove(task)
                     self._queued -= sum(task.size for task in batch)

@@ -9,7 +9,6 @@ directly in this process.
 import base64
 import contextlib
 import math
-import http.client
 import io
 import json
 import os
@@ -19,7 +18,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 
 import grpc
 import numpy as np
@@ -27,18 +25,23 @@ import pytest
 import tensorflow as tf
 from conftest import copy_version
 from helpers import run_each_in_process
-from serving_helpers import ENV, ServerProcess, free_port, savedmodel_signatures, wait_for
+from serving_helpers import (
+    ServerProcess,
+    free_port,
+    rest,
+    save_sentence_lengths,
+    savedmodel_signatures,
+    stubs,
+    wait_for,
+)
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
     model_management_pb2,
-    model_service_pb2_grpc,
     predict_pb2,
-    prediction_service_pb2_grpc,
 )
 
-from serving.batching import Batcher
 from serving.config import (
     Limits,
     ServingConfigError,
@@ -52,6 +55,7 @@ from serving.server import ModelServer, build_parser, configure, main
 from serving.tensors import array_to_proto
 
 GOOD = {"instances": ["three one four"]}
+HOUR_MICROS = 3600 * 10**6  # a batch window no test waits out: batches run when full, or when the server drains
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
 
 
@@ -92,26 +96,6 @@ def server(exported):
     with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=0, log=logs.append) as running:
         running.logs = logs
         yield running
-
-
-def rest(port, method, path, body=None, raw=None, headers=None):
-    """(status, decoded JSON) of one request on a fresh connection."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode("utf-8"))
-        connection.request(method, path, body=data, headers=headers or {})
-        response = connection.getresponse()
-        payload = response.read()
-        assert response.getheader("Content-Type") == "application/json"
-        return response.status, json.loads(payload)
-    finally:
-        connection.close()
-
-
-def stubs(port):
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    return (channel, prediction_service_pb2_grpc.PredictionServiceStub(channel),
-            model_service_pb2_grpc.ModelServiceStub(channel))
 
 
 def predict_request(sentences, model="gnmt", signature="", version=None, **scalars):
@@ -612,22 +596,23 @@ def test_hot_swap_under_load_and_broken_versions(exported, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- batching
 def test_batching_merges_concurrent_requests(exported, direct):
+    """Eight clients of two sentences each, with batches of 8 sentences and a window of an hour: however slow
+    the machine, the requests can only run as full batches of four requests each (two batches per
+    signature; translate_with_options's two alphas make a batch each)."""
     options = parse_batching_parameters(
-        "max_batch_size { value: 16 } batch_timeout_micros { value: 400000 } num_batch_threads { value: 1 }\n"
-        "max_enqueued_batches { value: 10 }")
+        f"max_batch_size {{ value: 8 }} batch_timeout_micros {{ value: {HOUR_MICROS} }}\n"
+        "num_batch_threads { value: 1 } max_enqueued_batches { value: 10 }")
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
     requests = [[" ".join(words[(i + k) % 10] for k in range(1 + i % 4)), words[i]] for i in range(8)]
     scalars = [dict(OPTIONS, alpha=0.2 if i % 2 else 1.0) for i in range(8)]
     with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=0, batching=options,
                      log=lambda message: None) as server:
         before = server.stats()["gnmt"][1]
-        barrier = threading.Barrier(8)
         answers, failures = {}, []
 
         def client(index, signature):
             channel, predictions, _ = stubs(server.grpc_port)
             try:
-                barrier.wait(30)
                 extra = scalars[index] if signature == "translate_with_options" else {}
                 response = predictions.Predict(predict_request(requests[index], signature=signature, **extra),
                                                timeout=60)
@@ -640,7 +625,6 @@ def test_batching_merges_concurrent_requests(exported, direct):
 
         for signature in ("serving_default", "translate_with_options"):
             answers.clear()
-            barrier.reset()
             threads = [threading.Thread(target=client, args=(i, signature)) for i in range(8)]
             for thread in threads:
                 thread.start()
@@ -654,18 +638,16 @@ def test_batching_merges_concurrent_requests(exported, direct):
                 np.testing.assert_allclose(answers[index][1], expected["scores"], rtol=1e-4, atol=1e-5)
 
         after = server.stats()["gnmt"][1]
-        for signature, groups in (("serving_default", 1), ("translate_with_options", 2)):
+        for signature in ("serving_default", "translate_with_options"):
             stats = after["batching"][signature]
             previous = before["batching"][signature]
-            batches = stats["batches"] - previous["batches"]
             calls = after["calls"].get(signature, 0) - before["calls"].get(signature, 0)
             assert stats["requests"] - previous["requests"] == 8
-            assert calls == batches and groups <= batches < 8, (signature, stats)
-            assert stats["largest_batch"] > 2
+            assert stats["batches"] - previous["batches"] == calls == 2, (signature, stats)
+            assert stats["largest_batch"] == 8
 
-        # Bad options among good requests: refused at once, never queued; the good ones are batched and answered.
+        # Bad options among good requests: refused at once, never queued; the four good ones fill a batch.
         answers.clear()
-        barrier.reset()
         bad = {1: ("alpha", math.nan, "nan"), 3: ("beamsize", -5.0, "-5"), 5: ("beta", -0.5, "-0.5"),
                7: ("alpha", math.inf, "inf")}  # index: (option, value, as the message writes it)
         refused = {}
@@ -673,7 +655,6 @@ def test_batching_merges_concurrent_requests(exported, direct):
         def mixed_client(index):
             channel, predictions, _ = stubs(server.grpc_port)
             try:
-                barrier.wait(30)
                 options = dict(OPTIONS, **({bad[index][0]: bad[index][1]} if index in bad else {}))
                 response = predictions.Predict(predict_request(
                     requests[index], signature="translate_with_options", **options), timeout=60)
@@ -697,56 +678,19 @@ def test_batching_merges_concurrent_requests(exported, direct):
             assert refused[index] == (grpc.StatusCode.INVALID_ARGUMENT, option_message(name, shown))
         mixed = server.stats()["gnmt"][1]["batching"]["translate_with_options"]
         assert mixed["requests"] - before_mixed["requests"] == 4  # only the good ones were queued
+        assert mixed["batches"] - before_mixed["batches"] == 1
 
         # Over max_batch_size: refused (TF Serving's default, no large-batch splitting).
         channel, predictions, _ = stubs(server.grpc_port)
         with pytest.raises(grpc.RpcError) as error:
-            predictions.Predict(predict_request(["nine"] * 17), timeout=60)
+            predictions.Predict(predict_request(["nine"] * 9), timeout=60)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "Task size 17 is larger than maximum input batch size 16" in error.value.details()
+        assert "Task size 9 is larger than maximum input batch size 8" in error.value.details()
         # n-best runs unbatched (its padded outputs would depend on the other requests of a batch).
         response = predictions.Predict(predict_request(["three one four"], signature="translate_nbest", **OPTIONS),
                                        timeout=60)
         assert tf.make_ndarray(response.outputs["translations"])[0][0] == b"trois un quatre"
         channel.close()
-
-
-def test_a_failing_request_does_not_fail_the_requests_batched_around_it():
-    """Even if a bad option reached the batcher (the server checks them first; TF Serving relies on the
-    graph), it is not merged with requests of other options: scalar inputs key the batches. Here the
-    model refuses alpha < 0 as the graph does, and the good requests waiting with it are answered."""
-    options = parse_batching_parameters("max_batch_size { value: 16 } batch_timeout_micros { value: 300000 } "
-                                        "num_batch_threads { value: 1 }")
-    runs = []
-
-    def run(inputs):
-        runs.append((float(inputs["alpha"]), len(inputs["sentences"])))
-        if inputs["alpha"] < 0:
-            raise tf.errors.InvalidArgumentError(None, None, "assertion failed: [alpha must be ...]")
-        return {"translations": inputs["sentences"]}
-
-    batcher = Batcher(run, options, ["sentences"], ["alpha"], name="test")
-    results = {}
-    barrier = threading.Barrier(6)
-
-    def submit(index, alpha):
-        barrier.wait(30)
-        try:
-            results[index] = batcher.submit({"sentences": np.array([f"s{index}".encode()], dtype=object),
-                                             "alpha": np.array(alpha, np.float32)}, 1)["translations"].tolist()
-        except ServingError as error:
-            results[index] = error.code
-
-    threads = [threading.Thread(target=submit, args=(i, -1.0 if i in (1, 4) else 0.2)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    batcher.close()
-    assert results == {0: [b"s0"], 1: "INVALID_ARGUMENT", 2: [b"s2"], 3: [b"s3"], 4: "INVALID_ARGUMENT", 5: [b"s5"]}
-    good_alpha = float(np.float32(0.2))
-    assert {alpha for alpha, _ in runs} == {-1.0, good_alpha}  # a batch runs one alpha (a scalar input)
-    assert sum(size for alpha, size in runs if alpha == good_alpha) == 4
 
 
 def test_large_batch_splitting(exported):
@@ -920,28 +864,29 @@ def test_cli_startup_failures_exit_1_with_a_clear_message(tmp_path):
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
-DRAIN_BATCHING = ("max_batch_size { value: 8 }\nbatch_timeout_micros { value: 8000000 }\n"
-                  "num_batch_threads { value: 1 }\n")
+# Room for 4 sentences in the queue (one batch of 4) and a window of an hour: a request of 2 sentences waits
+# until the server drains, and a request of 4 runs at once as a full batch unless the queue holds another.
+DRAIN_BATCHING = (f"max_batch_size {{ value: 4 }}\nbatch_timeout_micros {{ value: {HOUR_MICROS} }}\n"
+                  "num_batch_threads { value: 1 }\nmax_enqueued_batches { value: 1 }\n")
+IN_FLIGHT = ["three one four", "nine"]
 
 
 def drain_flags(directory):
-    """Batching with a long batch timeout, which keeps a request in flight for seconds, and the grace."""
+    """Batching that keeps a request in flight until the drain runs it (DRAIN_BATCHING), and the grace."""
     batching = directory / "batching.config"
     batching.write_text(DRAIN_BATCHING)
     return ["--port", "0", "--enable_batching", "--batching_parameters_file", str(batching),
             "--shutdown_grace_seconds", "30"]
 
 
-class SentenceLengths(tf.Module):
-    """A second model for a config file: a SavedModel of one small signature, which loads at once."""
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def serve(self, sentences):
-        return {"lengths": tf.strings.length(sentences)}
+@pytest.fixture(scope="module")
+def lengths_base(tmp_path_factory):
+    """The base path of a small model that loads at once (serving_helpers.save_sentence_lengths)."""
+    return save_sentence_lengths(tmp_path_factory.mktemp("lengths") / "lengths")
 
 
 @pytest.fixture(scope="module")
-def sigterm_server(exported, tmp_path_factory):
+def sigterm_server(exported, lengths_base, tmp_path_factory):
     """A ``python -m serving.server`` process serving a --model_config_file of two models.
 
     The second, ``lengths``, is another SavedModel (a second load of the translator would cost
@@ -949,14 +894,11 @@ def sigterm_server(exported, tmp_path_factory):
     signal on and may also signal the group: a repeated SIGTERM must not cut the drain short).
     """
     directory = tmp_path_factory.mktemp("draining")
-    lengths = SentenceLengths()
-    tf.saved_model.save(lengths, str(directory / "lengths" / "1"),
-                        signatures={"serving_default": lengths.serve})
     config = directory / "models.config"
     config.write_text(
         "model_config_list {\n"
         f'  config {{ name: "gnmt" base_path: "{exported}" model_platform: "tensorflow" }}\n'
-        f'  config {{ name: "lengths" base_path: "{directory / "lengths"}" model_platform: "tensorflow" }}\n'
+        f'  config {{ name: "lengths" base_path: "{lengths_base}" model_platform: "tensorflow" }}\n'
         "}\n")
     rest_port = free_port()
     server = ServerProcess(["--rest_api_port", str(rest_port), "--model_config_file", str(config),
@@ -967,21 +909,45 @@ def sigterm_server(exported, tmp_path_factory):
         server.kill()
 
 
-def _signal_in_flight(send_signal, rest_port, number, score_of):
-    """Sends ``number`` while a request waits for its batch: the request is answered at once."""
-    result = {}
-    in_flight = threading.Thread(target=lambda: result.update(
-        answer=rest(rest_port, "POST", "/v1/models/gnmt:predict", {"instances": ["three one four", "nine"]})))
-    start = time.monotonic()
+def _lengths_predict(rest_port, sentences):
+    return rest(rest_port, "POST", "/v1/models/lengths:predict", {"instances": sentences})
+
+
+def _start_request_in_flight(rest_port):
+    """Sends IN_FLIGHT to ``lengths`` from a thread and returns (thread, answers) once it waits in the batch queue.
+
+    The server shows that it waits: a probe of 4 sentences (a full batch) then finds the queue full
+    (503), where it would otherwise run at once (200). A probe sitting in the queue for that moment
+    can refuse the request in flight instead; the request is then sent again, so only its own place in
+    the queue ends the wait. No timing is involved.
+    """
+    answers = []
+
+    def send_until_queued():
+        for _ in range(100):
+            answers.append(_lengths_predict(rest_port, IN_FLIGHT))
+            if answers[-1][0] != 503:
+                return
+
+    def queue_is_full():
+        status, answer = _lengths_predict(rest_port, ["probe"] * 4)
+        assert status in (200, 503), answer
+        return status == 503 and "The batch scheduling queue" in answer["error"]
+
+    in_flight = threading.Thread(target=send_until_queued, daemon=True)
     in_flight.start()
-    time.sleep(1.5)
-    assert in_flight.is_alive()  # waiting for its batch
+    wait_for(queue_is_full, timeout=120)
+    assert in_flight.is_alive(), answers  # queued, and the window is an hour
+    return in_flight, answers
+
+
+def _signal_in_flight(send_signal, rest_port, number):
+    """Sends ``number`` while a request waits in the batch queue: the drain runs it and it is answered."""
+    in_flight, answers = _start_request_in_flight(rest_port)
     send_signal(number)
-    in_flight.join(60)
-    assert result["answer"] == (200, {"predictions": [
-        {"translations": "trois un quatre", "scores": score_of("three one four")},
-        {"translations": "neuf", "scores": score_of("nine")}]})
-    assert time.monotonic() - start < 8  # the drain ran the batch at once rather than after its timeout
+    in_flight.join(120)
+    assert not in_flight.is_alive(), "the request in flight was not answered"
+    assert answers[-1] == (200, {"predictions": [len(s.encode()) for s in IN_FLIGHT]})
 
 
 def _stopped_cleanly(status, log, rest_port, number):
@@ -1002,7 +968,7 @@ def _grpc_port_closed(port):
         channel.close()
 
 
-def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of):
+def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server):
     server, rest_port = sigterm_server
     started = server.wait_until_serving()
     assert "gnmt (version 1), lengths (version 1)" in started
@@ -1012,12 +978,12 @@ def test_cli_serves_a_config_file_and_drains_on_sigterm(sigterm_server, score_of
     status, answer = rest(rest_port, "GET", "/v1/models/lengths/metadata")  # the second model, by name
     signatures = answer["metadata"]["signature_def"]["signature_def"]
     assert status == 200 and set(signatures["serving_default"]["outputs"]) == {"lengths"}
-    _signal_in_flight(server.send_signal, rest_port, signal.SIGTERM, score_of)
+    _signal_in_flight(server.send_signal, rest_port, signal.SIGTERM)
     _stopped_cleanly(server.wait(60), server.log, rest_port, signal.SIGTERM)
     _grpc_port_closed(grpc_port)
 
 
-def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
+def test_cli_drains_on_sigint_and_says_it_stopped(lengths_base, tmp_path):
     """Ctrl-C once: the same drain as SIGTERM (a second Ctrl-C would exit at once).
 
     The command is main(args) in this process, which receives the SIGINT, as a terminal's Ctrl-C
@@ -1026,7 +992,7 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
     thread, where Python runs signal handlers; a client thread sends the request and the signal.
     """
     rest_port = free_port()
-    args = ["--rest_api_port", str(rest_port), "--model_name", "gnmt", "--model_base_path", exported,
+    args = ["--rest_api_port", str(rest_port), "--model_name", "lengths", "--model_base_path", lengths_base,
             *drain_flags(tmp_path)]
     log, outcome = io.StringIO(), {}  # main()'s stderr, read by the client thread as it grows
     running, signalled = threading.Event(), threading.Event()
@@ -1042,7 +1008,7 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
             outcome["started"] = re.search(r".* serving \S+ \(version.*", log.getvalue())[0]
             grpc_line = re.search(r"Running gRPC ModelServer at [\d.]+:(\d+)", log.getvalue())
             outcome["grpc_port"] = int(grpc_line[1])
-            _signal_in_flight(send_signal, rest_port, signal.SIGINT, score_of)
+            _signal_in_flight(send_signal, rest_port, signal.SIGINT)
         except BaseException as error:  # noqa: BLE001  raised again in the test's thread
             outcome["error"] = error
         finally:
@@ -1071,7 +1037,7 @@ def test_cli_drains_on_sigint_and_says_it_stopped(exported, score_of, tmp_path):
             signal.signal(number, handler)
     if "error" in outcome:
         raise outcome["error"]
-    assert "gnmt (version 1)" in outcome["started"]
+    assert "lengths (version 1)" in outcome["started"]
     text = log.getvalue()
     _stopped_cleanly(status, text, rest_port, signal.SIGINT)
     assert re.search(r"^\S+ \S+ stopped$", text, re.MULTILINE), text[-3000:]  # "<time> stopped"
