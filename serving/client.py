@@ -51,7 +51,8 @@ class ServingRequestError(RuntimeError):
     """A request to the model server failed, as the client saw it.
 
     ``code`` is the HTTP status (REST) or the gRPC status name ("UNAVAILABLE", ...), whichever the
-    protocol gave, or None when no answer came (a timeout). Not :class:`serving.errors.ServingError`,
+    protocol gave, or None when no answer came (a timeout); "UNAVAILABLE" for either protocol when
+    the server was still unavailable after the last retry. Not :class:`serving.errors.ServingError`,
     the local server's internal error: the client knows only TF Serving's protocol, not which server
     answers it.
     """
@@ -87,7 +88,14 @@ class _Client:
         self.model, self.timeout, self.retries, self.backoff = model, timeout, retries, backoff
         self._sleep = sleep
 
-    def _with_retries(self, call: Callable[[], Any], retryable: Callable[[Exception], bool], what: str):
+    def _with_retries(self, call: Callable[[], Any], what: str, retryable: Callable[[Exception], bool],
+                      describe: Callable[[Exception], str]):
+        """``call()``, tried again after ``backoff``, 2 x ``backoff``, ... while it fails in a ``retryable`` way.
+
+        Gives up after ``retries`` retries with a ServingRequestError (code UNAVAILABLE) that says how
+        long it tried and the last failure, as ``describe`` words it (the server's own message).
+        """
+        waited = 0.0
         for attempt in range(self.retries + 1):
             try:
                 return call()
@@ -96,9 +104,12 @@ class _Client:
                     raise
                 if attempt == self.retries:
                     raise ServingRequestError(
-                        f"{what}: the server is unavailable after {attempt + 1} attempt(s): {err}", "UNAVAILABLE"
+                        f"{what}: the server is still unavailable after {attempt + 1} attempt(s) "
+                        f"({waited:g} s of backoff between them); last error: {describe(err)}", "UNAVAILABLE"
                     ) from err
-                self._sleep(self.backoff * 2**attempt)
+                wait = self.backoff * 2**attempt
+                self._sleep(wait)
+                waited += wait
 
     def translate(self, sentences: Sequence[str], alpha=None, beta=None, beamsize=None,
                   version: Optional[int] = None, use_shortlist: Optional[bool] = None) -> List[Translation]:
@@ -196,7 +207,7 @@ class RestClient(_Client):
                 return json.loads(response.read().decode("utf-8"))
 
         try:
-            return self._with_retries(call, _rest_retryable, f"{method} {url}")
+            return self._with_retries(call, f"{method} {url}", _rest_retryable, _rest_failure)
         except urllib.error.HTTPError as err:
             raise ServingRequestError(
                 f"{method} {url}: HTTP {err.code}: {_rest_error_message(err)}", err.code) from None
@@ -222,6 +233,15 @@ def _rest_retryable(err: Exception) -> bool:
     return isinstance(err, (urllib.error.URLError, ConnectionError, TimeoutError)) and not isinstance(
         getattr(err, "reason", None), TimeoutError
     )
+
+
+def _rest_failure(err: Exception) -> str:
+    """A failed REST call in a line: the HTTP status and the server's message, or why no answer came."""
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code}: {_rest_error_message(err)}"
+    if isinstance(err, urllib.error.URLError):  # no answer: connection refused, reset, ...
+        return str(err.reason)
+    return str(err)
 
 
 def _rest_error_message(err: urllib.error.HTTPError) -> str:
@@ -282,8 +302,11 @@ class GrpcClient(_Client):
         def retryable(err):
             return isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
 
+        def describe(err):
+            return f"{err.code().name}: {err.details()}"
+
         try:
-            return self._with_retries(lambda: method(request, timeout=self.timeout), retryable, what)
+            return self._with_retries(lambda: method(request, timeout=self.timeout), what, retryable, describe)
         except grpc.RpcError as err:
             raise ServingRequestError(
                 f"{what}: {err.code().name}: {err.details()}", err.code().name) from None

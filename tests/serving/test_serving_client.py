@@ -156,9 +156,11 @@ def test_unavailable_server_is_retried_with_backoff_then_reported(kind):
         client = RestClient(f"http://127.0.0.1:{port}", "gnmt", timeout=5, retries=3, backoff=0.1, sleep=waits.append)
     else:
         client = GrpcClient(f"127.0.0.1:{port}", "gnmt", timeout=5, retries=3, backoff=0.1, sleep=waits.append)
-    with pytest.raises(ServingRequestError, match="unavailable after 4 attempt") as caught:
+    with pytest.raises(ServingRequestError, match=r"still unavailable after 4 attempt\(s\) \(0.7 s of backoff") as caught:
         client.translate(["one"])
     assert caught.value.code == "UNAVAILABLE"
+    last_error = "[Errno 111] Connection refused" if kind == "rest" else "UNAVAILABLE: "
+    assert f"; last error: {last_error}" in str(caught.value)
     assert waits == pytest.approx([0.1, 0.2, 0.4])
 
 
