@@ -147,9 +147,16 @@ def check(citation, results=None):
 ALL = [citation for page in PAGES for citation in citations(page)]
 
 
+# The results files docs/benchmarks.md states today's figures from (quality.json joins them once the
+# quality benchmark's next sitting is recorded).
+CITED_RESULTS = {"artifacts.json", "artifacts_trained.json", "decode.json", "int8_matmul.json", "peer_decode.json",
+                 "serving_load.json", "shortlist.json", "tflite_profile.json", "training_levers.json",
+                 "training_throughput.json"}
+
+
 def test_the_docs_cite_their_figures():
     assert len(ALL) >= 20, "the README and docs cite their measured figures (see this module's docstring)"
-    assert {os.path.basename(c.path) for c in ALL} >= {"quality.json", "artifacts_trained.json"}
+    assert {os.path.basename(c.path) for c in ALL} >= CITED_RESULTS
 
 
 def test_every_cited_figure_is_in_its_results_file():
