@@ -347,6 +347,7 @@ def worker_paper(job, threads):
 
     from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.decoding.options import no_pruning
+    from gnmt_tf.layers.recurrence import STEPWISE
     from gnmt_tf.layers.weights import FLOAT_READER, WeightReader, WeightTransform, matmul
     from gnmt_tf.config import load_config
     from gnmt_tf.quantization.weights import Int8Weights
@@ -396,7 +397,7 @@ def worker_paper(job, threads):
 
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def decode(source_ids):
-            memory = model.encode(source_ids, weights, training=False)
+            memory = model.encode(source_ids, weights, training=False, recurrence=STEPWISE)  # as a search
             weighted_step = functools.partial(model.step, weights=weights)
             raw_step = tf.function(weighted_step, jit_compile=True) if jit else weighted_step
 

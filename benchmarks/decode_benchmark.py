@@ -107,6 +107,7 @@ def run_worker(args) -> list:
     from gnmt_tf.decoding.beam import beam_search
     from gnmt_tf.decoding.options import no_pruning
     from gnmt_tf.config import load_config
+    from gnmt_tf.layers.recurrence import STEPWISE
     from gnmt_tf.layers.weights import FLOAT_READER
     from gnmt_tf.models.gnmt import GNMT
     from gnmt_tf.vocab import EOS_ID
@@ -131,7 +132,7 @@ def run_worker(args) -> list:
                 logits, attention, state = model.step(state, tokens, weights)
                 return logits + suppress_eos, attention, state  # fixed output length
 
-            memory = model.encode(source_ids, weights, training=False)
+            memory = model.encode(source_ids, weights, training=False, recurrence=STEPWISE)  # as a search
             out = beam_search(step, model.initial_state(memory), memory.mask, K, alpha=0.2, beta=0.2,
                               beamsize=no_pruning(), max_length_ratio=ratio)
             return out.lengths

@@ -21,7 +21,7 @@ second signature would store every weight a second time.
 Conversion notes:
 
 * The translate function is re-traced for TFLite (:func:`tflite_translate_function`):
-  with :data:`CONCATENATING_LOOP` as the encoder's time loop, so its time loops are
+  with :data:`CONCATENATING_RECURRENCE` as the encoder's recurrence, so its time loops are
   built without TensorArrays (which TFLite cannot lower with a dynamic batch), and with
   each kernel read where it is multiplied, not once before the loop (a constant weight
   of each FULLY_CONNECTED, which the int8 conversion quantizes and XNNPACK packs once;
@@ -68,9 +68,9 @@ SIGNATURE = "serving_default"
 
 
 class ConcatenatingLoop:
-    """A time loop (:mod:`gnmt_tf.layers.recurrence`) that TFLite converts to builtin ops.
+    """A time loop that TFLite converts to builtin ops (of :class:`ConcatenatingRecurrence`).
 
-    The same :func:`~gnmt_tf.layers.recurrence.masked_step` at every step as the default
+    The same :func:`~gnmt_tf.layers.recurrence.masked_step` at every step as the
     TensorArray loop, so the same results. TFLite's converter cannot lower a TensorArray
     whose element shape is not static (the batch of an exported translator is dynamic)
     without Flex ops, so this loop reads its inputs with a gather and grows its outputs by
@@ -113,7 +113,30 @@ class ConcatenatingLoop:
         return tf.nest.map_structure(lambda o: tf.transpose(o, [1, 0, 2]), outputs), final_state
 
 
-CONCATENATING_LOOP = ConcatenatingLoop()
+class ConcatenatingRecurrence:
+    """The TFLite exporter's :class:`~gnmt_tf.layers.recurrence.Recurrence`: every layer step by step, as
+    :class:`~gnmt_tf.layers.recurrence.StepwiseRecurrence` runs it, in a :class:`ConcatenatingLoop`.
+
+    It imports the recurrences (and TensorFlow) only when it runs, so that this module still imports
+    where only the interpreter runs (:class:`TFLiteTranslator`).
+    """
+
+    def __init__(self):
+        self.loop = ConcatenatingLoop()
+
+    def _stepwise(self):
+        from gnmt_tf.layers.recurrence import StepwiseRecurrence
+
+        return StepwiseRecurrence(self.loop)
+
+    def lstm(self, cell, projected, mask, weights, initial_state):
+        return self._stepwise().lstm(cell, projected, mask, weights, initial_state)
+
+    def steps(self, step, inputs, mask, initial_state, output_sizes):
+        return self._stepwise().steps(step, inputs, mask, initial_state, output_sizes)
+
+
+CONCATENATING_RECURRENCE = ConcatenatingRecurrence()
 
 
 class TFLiteConversionError(RuntimeError):
@@ -196,7 +219,7 @@ def tflite_translate_function(translator_module):
     """``translator_module.translate`` re-traced for TFLite (time loops without TensorArrays)."""
     from gnmt_tf.inference.translator import GraphTarget, graph_function
 
-    target = GraphTarget(time_loop=CONCATENATING_LOOP, read_kernels_once=False)
+    target = GraphTarget(recurrence=CONCATENATING_RECURRENCE, read_kernels_once=False)
     function = graph_function(
         lambda sentences: translator_module.translate_with_defaults(sentences, target=target),
         input_signature=translator_module.translate.input_signature,

@@ -58,6 +58,7 @@ from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.inference.results import Translation
+from gnmt_tf.layers.recurrence import STEPWISE, Recurrence
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
 
@@ -70,7 +71,9 @@ SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
 class GraphTarget(NamedTuple):
     """The runtime a search's graph is traced for, which decides how parts of it are built."""
 
-    time_loop: object = None  # how the encoder iterates time (gnmt_tf.layers.recurrence); None: the default
+    # How the encoder's layers run over time (gnmt_tf.layers.recurrence): step by step, as they read the
+    # search's kernels (read once, or int8 products); no gradient is taken.
+    recurrence: Recurrence = STEPWISE
     read_kernels_once: bool = True  # read each product kernel once per search, before the decoding
     # loop, laid out for a step's small products (gnmt_tf.layers.weights.WeightReader.reading_once)
 
@@ -240,7 +243,7 @@ class TranslatorModule(tf.Module):
             # Unpadded under XLA: the compiled step would see two kernel shapes per shape bucket.
             rows = tf.shape(source_ids)[0] * strategy.rows_per_search * strategy.searches_per_sentence
             weights = weights.reading_once(self.model.product_kernels(), rows=None if self.jit_step else rows)
-        memory = self.model.encode(source_ids, weights, training=False, time_loop=target.time_loop)
+        memory = self.model.encode(source_ids, weights, training=False, recurrence=target.recurrence)
         step = functools.partial(self.model.step, weights=weights)
         if self.target_input_rows is not None:
             target_inputs = self.model.target_input_projection(self.target_input_rows, weights)

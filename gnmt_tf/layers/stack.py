@@ -1,8 +1,8 @@
 """The residual LSTM stack (eq. 6 and 10), and building sublayers in place.
 
-``ResidualLSTMStack.call`` runs whole sequences (training, encoding) through
-:func:`gnmt_tf.layers.recurrence.run_lstm`; ``ResidualLSTMStack.step`` is the
-one-step path that decoding uses. Both use the same cell math and the same
+``ResidualLSTMStack.call`` runs whole sequences (training, encoding), each layer
+run over time by the :class:`~gnmt_tf.layers.recurrence.Recurrence` it is given;
+``ResidualLSTMStack.step`` is the one-step path that decoding uses. Both use the same cell math and the same
 :meth:`~ResidualLSTMStack.layer_input` / :meth:`~ResidualLSTMStack.layer_output`,
 which the model-parallel wavefront (section 3.3) calls too.
 """
@@ -17,7 +17,7 @@ import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.layers.clipping import clip
-from gnmt_tf.layers.recurrence import LSTMState, run_lstm
+from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, LSTMState, Recurrence, run_lstm
 from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
 
@@ -142,17 +142,17 @@ class ResidualLSTMStack(keras.layers.Layer):
         context: Optional[tf.Tensor] = None,
         weights: WeightReader = FLOAT_READER,
         training=None,
-        time_loop=None,
+        recurrence: Recurrence = WRITTEN_GRADIENT,
     ) -> tf.Tensor:
         """Whole sequences: ``inputs`` [batch, time, features] -> top output x^N.
 
-        ``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``time_loop``:
-        how the time steps are iterated (:mod:`gnmt_tf.layers.recurrence`).
+        ``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``recurrence``:
+        how each layer runs over time (:mod:`gnmt_tf.layers.recurrence`).
         """
         x = inputs
         for k, cell in enumerate(self.cells):
             layer_input = self.layer_input(k, x, context, training)
-            outputs, _ = run_lstm(cell, layer_input, mask, weights, loop=time_loop)
+            outputs, _ = run_lstm(cell, layer_input, mask, weights, recurrence)
             x = self.layer_output(k, outputs, x)
         return x
 

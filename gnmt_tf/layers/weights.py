@@ -39,6 +39,10 @@ A search reads its kernels once (:meth:`WeightReader.reading_once`, called by th
 before its decoding loop): a new reader whose products with each float product kernel use the
 kernel read through the transform (dequantized, fake-quantized) before the loop rather than at
 every step, and laid out for the small products of a step (:class:`ProductKernel`).
+
+A reader says what the products read, not how a layer runs over time: that is the
+:class:`~gnmt_tf.layers.recurrence.Recurrence` its caller passes (a layer whose recurrent products
+are int8 has no float kernel to write its gradient with, and runs step by step).
 """
 
 from __future__ import annotations
@@ -80,6 +84,10 @@ class ProductKernel(NamedTuple):
             return cls(kernel, columns)
         pad = lambda: tf.pad(kernel, [[0, 0], [0, PADDING_COLUMNS]])
         return cls(pad() if padded is True else tf.cond(padded, pad, lambda: kernel), columns)
+
+    def float_values(self) -> tf.Tensor:
+        """The kernel's own values [input, columns], without the padding columns."""
+        return self.values[:, : self.columns]
 
     def rows(self, rows: slice) -> "ProductKernel":
         """The kernel's input rows ``rows``, in the same layout (for a part of the input)."""
@@ -276,14 +284,20 @@ class WeightReader:
         read = self._read(kernel)
         return matmul(x, read) if read is not None else self._transform.product(x, kernel)
 
-    def sequence_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
-        """The float values this reader's products with ``kernel`` use, read here, once, for a recurrence
-        over a whole sequence that multiplies by them at every step and differentiates through them
-        (:func:`gnmt_tf.layers.recurrence.lstm_over_time`); None when those products are not float
-        products (int8 arithmetic) or the reader is a search's read-once snapshot."""
-        if self._read_once is not None:
-            return None
-        return self._transform.float_kernel(kernel)
+    def sequence_kernel(self, kernel: tf.Variable) -> tf.Tensor:
+        """The float values this reader's products with ``kernel`` use (a snapshot's: as it read them), for
+        a recurrence over a whole sequence that multiplies by them at every step and differentiates
+        through them (:class:`gnmt_tf.layers.recurrence.WrittenGradientRecurrence`).
+
+        Raises ValueError when those products are not float products (int8 arithmetic): a layer with
+        such a reader runs step by step (:data:`gnmt_tf.layers.recurrence.STEPWISE`)."""
+        read = self._read(kernel)
+        values = read.float_values() if read is not None else self._transform.float_kernel(kernel)
+        if values is None:
+            raise ValueError(
+                f"{self!r} multiplies {kernel.name} in int8, so a layer cannot multiply by its float values "
+                "over a whole sequence; run such layers step by step (gnmt_tf.layers.recurrence.STEPWISE)")
+        return tf.convert_to_tensor(values)
 
     def kernel_gradient(self, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
         """``x^T @ dy`` through the transform (:meth:`WeightTransform.kernel_gradient`): the gradient of a

@@ -15,7 +15,8 @@ Two paths share all of this math:
   so the bottom layer runs over the whole sequence, then attention for all
   positions at once, then each upper layer. With input feeding, the bottom
   layer and the attention run together, one :meth:`GNMTDecoder.feed_bottom_step`
-  per time step.
+  per time step. How each runs over time is the
+  :class:`~gnmt_tf.layers.recurrence.Recurrence` ``call`` is given.
 * :meth:`GNMTDecoder.step`: one token per sentence, for beam search and sampling.
 
 The model-parallel schemes (:mod:`gnmt_tf.parallel.model_parallel`) place the same pieces on
@@ -44,7 +45,7 @@ from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.layers.clipping import clip_logits
 from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.layers.recurrence import LSTMState, masked_step, run_over_time, run_projected_lstm
+from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, LSTMState, Recurrence, masked_step, run_projected_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
 from gnmt_tf.layers.weights import FLOAT_READER, DenseColumns, WeightReader
 
@@ -240,30 +241,34 @@ class GNMTDecoder(keras.layers.Layer):
         context, probs = self.attention.attend_step(output, memory)
         return (output, context, probs), new_state
 
-    def bottom_layer(self, inputs: tf.Tensor, mask: tf.Tensor, weights: WeightReader) -> tf.Tensor:
+    def bottom_layer(self, inputs: tf.Tensor, mask: tf.Tensor, weights: WeightReader,
+                     recurrence: Recurrence) -> tf.Tensor:
         """Without input feeding: the bottom layer over whole sequences, from :meth:`bottom_inputs`
-        (their input products): m^1 [batch, time, units]. Nothing in it depends on attention."""
+        (their input products), run by ``recurrence``: m^1 [batch, time, units]. Nothing in it depends
+        on attention."""
         if self.config.input_feeding:
             raise ValueError("with input feeding the bottom layer reads the attention context step by step "
                              "(bottom_step)")
-        return run_projected_lstm(self.bottom_cell, inputs, mask, weights)[0]
+        return run_projected_lstm(self.bottom_cell, inputs, mask, weights, recurrence)[0]
 
     # ----------------------------------------------------------------- teacher forcing
     def call(
         self, embedded: tf.Tensor, mask: tf.Tensor, memory: AttentionMemory,
-        weights: WeightReader = FLOAT_READER, training=None,
+        weights: WeightReader = FLOAT_READER, training=None, recurrence: Recurrence = WRITTEN_GRADIENT,
     ) -> Tuple[tf.Tensor, tf.Tensor]:
-        """Whole target sequences -> (logits [B, T, V], attention probs [B, T, S])."""
+        """Whole target sequences -> (logits [B, T, V], attention probs [B, T, S]), each layer run over time
+        by ``recurrence`` (:mod:`gnmt_tf.layers.recurrence`)."""
         inputs = self.bottom_inputs(embedded, weights, training)
         if self.config.input_feeding:
             initial = self.bottom_initial_state(tf.shape(inputs)[0], inputs.dtype)
             sizes = (self.config.units, self.encoder_width, tf.shape(memory.mask)[1])
             step = lambda x_t, state: self.feed_bottom_step(x_t, state, memory, weights)  # noqa: E731
-            (bottom, contexts, probs), _ = run_over_time(step, inputs, mask, initial, sizes)
+            (bottom, contexts, probs), _ = recurrence.steps(step, inputs, mask, initial, sizes)
         else:
-            bottom = self.bottom_layer(inputs, mask, weights)
+            bottom = self.bottom_layer(inputs, mask, weights, recurrence)
             contexts, probs = self.attention.attend(bottom, memory)
-        top = self.upper(bottom, mask=mask, context=contexts, weights=weights, training=training)
+        top = self.upper(bottom, mask=mask, context=contexts, weights=weights, training=training,
+                         recurrence=recurrence)
         return self.logits(top, weights, training=training), probs
 
     # ----------------------------------------------------------------- one step

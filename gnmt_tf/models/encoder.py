@@ -15,7 +15,7 @@ import tf_keras as keras
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import ModelConfig
-from gnmt_tf.layers.recurrence import run_lstm
+from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, Recurrence, run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer
 from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
 
@@ -67,21 +67,21 @@ class GNMTEncoder(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, embedded: tf.Tensor, mask: tf.Tensor, weights: WeightReader = FLOAT_READER, training=None,
-             time_loop=None) -> tf.Tensor:
-        """``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``time_loop``: how
-        time steps are iterated (:mod:`gnmt_tf.layers.recurrence`; default TensorArrays)."""
-        bottom = self.bottom_layer(embedded, mask, weights, training=training, time_loop=time_loop)
-        return self.upper(bottom, mask=mask, weights=weights, training=training, time_loop=time_loop)
+             recurrence: Recurrence = WRITTEN_GRADIENT) -> tf.Tensor:
+        """``weights``: the reader of the cells' kernels (:mod:`gnmt_tf.layers.weights`). ``recurrence``: how
+        each layer runs over time (:mod:`gnmt_tf.layers.recurrence`)."""
+        bottom = self.bottom_layer(embedded, mask, weights, recurrence, training=training)
+        return self.upper(bottom, mask=mask, weights=weights, training=training, recurrence=recurrence)
 
-    def bottom_layer(self, embedded: tf.Tensor, mask: tf.Tensor, weights: WeightReader, training=None,
-                     time_loop=None) -> tf.Tensor:
+    def bottom_layer(self, embedded: tf.Tensor, mask: tf.Tensor, weights: WeightReader, recurrence: Recurrence,
+                     training=None) -> tf.Tensor:
         """Layer 1: embedded source -> the two directions' outputs concatenated (fig. 3)."""
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         x = self.input_dropout(embedded, training=training)
-        forward, _ = run_lstm(self.forward_cell, x, mask, weights, loop=time_loop)
+        forward, _ = run_lstm(self.forward_cell, x, mask, weights, recurrence)
         # Reverse only the real tokens of each sentence so that right-padding
         # stays at the end and cannot reach the backward LSTM's real outputs.
         reversed_x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-        backward, _ = run_lstm(self.backward_cell, reversed_x, mask, weights, loop=time_loop)
+        backward, _ = run_lstm(self.backward_cell, reversed_x, mask, weights, recurrence)
         backward = tf.reverse_sequence(backward, lengths, seq_axis=1, batch_axis=0)
         return tf.concat([forward, backward], axis=-1)  # fig. 3

@@ -16,7 +16,7 @@ Every method that computes takes the :class:`~gnmt_tf.layers.weights.WeightReade
 and lookups read through as ``weights``, the float weights (``FLOAT_READER``) by default::
 
     int8 = WeightReader(Int8Weights(model))                       # section 6
-    memory = model.encode(source_ids, int8)
+    memory = model.encode(source_ids, int8, recurrence=STEPWISE)  # int8 products: step by step
     logits, attention_probs, state = model.step(model.initial_state(memory), token_ids, int8)
 
 Ids are int32 with :data:`gnmt_tf.vocab.PAD_ID` (0) as right-padding; padding
@@ -36,6 +36,7 @@ from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, TargetInputProjection
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
+from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, Recurrence
 from gnmt_tf.layers.weights import FLOAT_READER, DenseColumns, WeightReader, WeightTransform
 from gnmt_tf.layers.stack import build_sublayer
 from gnmt_tf.models.objectives import REFERENCE_NLL, Batch, MaximumLikelihood
@@ -128,11 +129,17 @@ class GNMT(keras.Model):
         return logits
 
     def forward(self, source_ids, target_input_ids, weights: WeightReader = FLOAT_READER,
-                training=None) -> Tuple[tf.Tensor, tf.Tensor]:
-        """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S])."""
+                training=None, recurrence: Recurrence = WRITTEN_GRADIENT) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Teacher forcing with attention: (logits [B, T, V], attention probs [B, T, S]).
+
+        ``recurrence``: how the layers run over time (:mod:`gnmt_tf.layers.recurrence`): by default with
+        back-propagation through time written out, what training runs; a reader with int8 products
+        needs :data:`~gnmt_tf.layers.recurrence.STEPWISE`.
+        """
         if self.placement is not None:  # layers on their devices (gnmt_tf.parallel.model_parallel)
-            return model_parallel.forward(self, source_ids, target_input_ids, weights, training=training)
-        memory = self.encode(source_ids, weights, training=training)
+            return model_parallel.forward(self, source_ids, target_input_ids, weights, recurrence,
+                                          training=training)
+        memory = self.encode(source_ids, weights, training=training, recurrence=recurrence)
         target_input_ids = tf.convert_to_tensor(target_input_ids)
         return self.decoder(
             self.embed_target(target_input_ids, weights),
@@ -140,6 +147,7 @@ class GNMT(keras.Model):
             memory=memory,
             weights=weights,
             training=training,
+            recurrence=recurrence,
         )
 
     # ------------------------------------------------------------------ training
@@ -270,16 +278,18 @@ class GNMT(keras.Model):
 
     # ------------------------------------------------------------------ one step at a time
     def encode(self, source_ids, weights: WeightReader = FLOAT_READER, training=None,
-               time_loop=None) -> AttentionMemory:
+               recurrence: Recurrence = WRITTEN_GRADIENT) -> AttentionMemory:
         """Encode source ids [batch, src]; attention keys are projected here, once per sentence.
 
-        ``time_loop`` chooses how the encoder's time steps are iterated
-        (:mod:`gnmt_tf.layers.recurrence`; the TFLite exporter passes its own).
+        ``recurrence`` chooses how the encoder's layers run over time (:mod:`gnmt_tf.layers.recurrence`):
+        by default as training runs them; a search passes its own (the translator's
+        :data:`~gnmt_tf.layers.recurrence.STEPWISE`, the TFLite exporter's loop), as does a reader
+        with int8 products.
         """
         source_ids = tf.convert_to_tensor(source_ids)
         mask = tf.not_equal(source_ids, PAD_ID)
         outputs = self.encoder(self.embed_source(source_ids, weights), mask=mask, weights=weights,
-                               training=training, time_loop=time_loop)
+                               training=training, recurrence=recurrence)
         return self.decoder.attention.memory(outputs, mask)
 
     def initial_state(self, memory: AttentionMemory) -> DecoderState:

@@ -50,8 +50,10 @@ The per-layer math is the cells', the stacks' and the decoder's own public metho
 (``project_inputs``, ``recur``, ``ResidualLSTMStack.layer_input`` / ``layer_output``; the
 decoder's ``bottom_inputs``, ``bottom_step`` / ``bottom_layer``, ``top_output``, ``logits`` and,
 for a slice of the vocabulary, ``softmax_columns`` / ``column_logits``), each layer's step made
-padding-proof by the one masked time step (:func:`gnmt_tf.layers.recurrence.masked_step`), so
-outputs equal the single-device model's up to float rounding. Every kernel and embedding table
+padding-proof by the one masked time step (:func:`gnmt_tf.layers.recurrence.masked_step`) and the
+sequences made time-major by the recurrences' own helpers, so outputs equal the single-device model's
+up to float rounding. The layers outside a wavefront (encoder layer 1; the hybrid scheme's bottom
+decoder layer) run over time by the :class:`~gnmt_tf.layers.recurrence.Recurrence` ``forward`` is given. Every kernel and embedding table
 is read through the :class:`~gnmt_tf.layers.weights.WeightReader` ``forward`` is given. Dropout
 masks are drawn per step rather than per sequence inside a wavefront: the same distribution, not
 the same draws.
@@ -66,7 +68,7 @@ import tensorflow as tf
 
 from gnmt_tf.layers.attention import AttentionMemory
 from gnmt_tf.config import ConfigError, ModelConfig, ParallelConfig
-from gnmt_tf.layers.recurrence import masked_step
+from gnmt_tf.layers.recurrence import Recurrence, masked_step, swap_batch_time, time_major_mask
 from gnmt_tf.layers.stack import ResidualLSTMStack
 from gnmt_tf.layers.weights import WeightReader
 from gnmt_tf.vocab import PAD_ID
@@ -327,11 +329,11 @@ def wavefront(stages: Sequence[Any], inputs: Sequence[tf.Tensor], mask: tf.Tenso
     diagonals = tf.where(steps > 0, steps + layers - 1, 0)
     # One copy of every loop invariant on the device that reads it, not one per step.
     with tf.device(stages[0].device):
-        inputs_tm = tuple(_swap_batch_time(x) for x in inputs)
+        inputs_tm = tuple(swap_batch_time(x) for x in inputs)
     masks_tm, states, passed = [], [], []
     for stage in stages:
         with tf.device(stage.device):
-            masks_tm.append(tf.transpose(tf.cast(mask, tf.bool), [1, 0]))
+            masks_tm.append(time_major_mask(mask))
             states.append(stage.initial_state(batch, dtype))
 
     # What each stage passes up before it has processed anything: zeros of the right widths.
@@ -382,10 +384,6 @@ def wavefront(stages: Sequence[Any], inputs: Sequence[tf.Tensor], mask: tf.Tenso
     return top, records
 
 
-def _swap_batch_time(x: tf.Tensor) -> tf.Tensor:
-    return tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
-
-
 def run_stack_wavefront(
     stack: ResidualLSTMStack,
     inputs: tf.Tensor,
@@ -418,7 +416,7 @@ def run_stack_wavefront(
         for k in range(stack.num_layers)
     ]
     top, _ = wavefront(stages, (projected, inputs) + extra, mask)
-    return _swap_batch_time(top)
+    return swap_batch_time(top)
 
 
 # --------------------------------------------------------------------------------------
@@ -430,15 +428,16 @@ def _batch_slices(batch: tf.Tensor, parts: int) -> tf.Tensor:
     return tf.stack([bounds[i + 1] - bounds[i] for i in range(parts)])
 
 
-def encode(model, placement: Placement, source_ids: tf.Tensor, weights: WeightReader,
+def encode(model, placement: Placement, source_ids: tf.Tensor, weights: WeightReader, recurrence: Recurrence,
            training=None) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Source ids -> (top encoder outputs [B, S, width], source mask): layer 1, then a wavefront."""
+    """Source ids -> (top encoder outputs [B, S, width], source mask): layer 1 (run by ``recurrence``),
+    then a wavefront."""
     encoder, devices = model.encoder, placement.encoder
     mask = tf.not_equal(source_ids, PAD_ID)
     with tf.device(devices[0]), tf.name_scope("encoder_layer_1"):
         embedded = model.embed_source(source_ids, weights)
         # Bi-directional (fig. 3): it needs the whole source, so it cannot join the wavefront.
-        bottom_layer = lambda x: encoder.bottom_layer(x, mask, weights, training=training)  # noqa: E731
+        bottom_layer = lambda x: encoder.bottom_layer(x, mask, weights, recurrence, training)  # noqa: E731
         bottom = placed(devices[0], bottom_layer)(embedded)
     top = run_stack_wavefront(encoder.upper, bottom, mask, devices[1:], weights, training=training,
                               name="encoder_layer")
@@ -462,16 +461,18 @@ def _model_parallel_decoder(model, placement, embedded, mask, outputs, source_ma
         for k in range(decoder.upper.num_layers)
     ]
     top, records = wavefront(stages, (first,), mask)
-    return _swap_batch_time(top), _swap_batch_time(records[0][0])
+    return swap_batch_time(top), swap_batch_time(records[0][0])
 
 
-def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, weights, training):
-    """Ono et al. (2019): bottom layer, attention data-parallel, upper layers as a wavefront."""
+def _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, weights, recurrence, training):
+    """Ono et al. (2019): bottom layer (run by ``recurrence``), attention data-parallel, upper layers as a
+    wavefront."""
     decoder, devices = model.decoder, placement.devices
     with tf.name_scope("decoder_layer_1"):
         bottom = placed(
             placement.decoder[0],
-            lambda e: decoder.bottom_layer(decoder.bottom_inputs(e, weights, training), mask, weights),
+            lambda e: decoder.bottom_layer(decoder.bottom_inputs(e, weights, training), mask, weights,
+                                           recurrence),
         )(embedded)
     # The gathered bottom outputs and encoder outputs, split along the batch: each device attends for its slice.
     sizes = _batch_slices(tf.shape(bottom)[0], len(devices))
@@ -527,19 +528,26 @@ def _vocabulary_sharded_logits(decoder, placement: Placement, top: tf.Tensor,
     return parts
 
 
-def forward(model, source_ids, target_input_ids, weights: WeightReader,
+def forward(model, source_ids, target_input_ids, weights: WeightReader, recurrence: Recurrence,
             training=None) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``GNMT.forward`` with ``model.placement``: (logits [B, T, V], attention probs [B, T, S])."""
+    """``GNMT.forward`` with ``model.placement``: (logits [B, T, V], attention probs [B, T, S]).
+
+    ``recurrence`` runs the layers that are not part of a wavefront over time: encoder layer 1, and in the
+    hybrid scheme the decoder's bottom layer."""
     placement: Placement = model.placement
     decoder = model.decoder
     source_ids = tf.convert_to_tensor(source_ids)
     target_input_ids = tf.convert_to_tensor(target_input_ids)
-    outputs, source_mask = encode(model, placement, source_ids, weights, training=training)
+    outputs, source_mask = encode(model, placement, source_ids, weights, recurrence, training=training)
     mask = tf.not_equal(target_input_ids, PAD_ID)
     with tf.device(placement.decoder[0]), tf.name_scope("decoder_layer_1"):
         embedded = model.embed_target(target_input_ids, weights)
-    run_decoder = _model_parallel_decoder if placement.mode == "model" else _hybrid_decoder
-    top, probs = run_decoder(model, placement, embedded, mask, outputs, source_mask, weights, training)
+    if placement.mode == "model":
+        top, probs = _model_parallel_decoder(model, placement, embedded, mask, outputs, source_mask, weights,
+                                             training)
+    else:
+        top, probs = _hybrid_decoder(model, placement, embedded, mask, outputs, source_mask, weights, recurrence,
+                                     training)
     with tf.name_scope("decoder_output"):
         top = placed(placement.decoder[-1], lambda x: decoder.top_output(x, training))(top)
     if placement.mode == "model":

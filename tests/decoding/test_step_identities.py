@@ -19,6 +19,7 @@ from gnmt_tf import model_files
 from gnmt_tf.decoding import BeamSearch, GreedySearch, decode
 from gnmt_tf.decoding.rows import map_rows
 from gnmt_tf.inference.translator import Translator
+from gnmt_tf.layers.recurrence import STEPWISE
 from gnmt_tf.layers.weights import WeightReader
 from gnmt_tf.quantization import Int8Weights
 from helpers import random_ids, tiny_model_config
@@ -122,7 +123,7 @@ def test_precomputed_input_projection_under_int8_weights(products):
     source = sources(np.random.default_rng(4), model.model_config.vocab_size)
     tokens = tf.constant([4, 9, 17, 30, 5])
     weights = WeightReader(int8)
-    memory = model.encode(source, weights, training=False)
+    memory = model.encode(source, weights, training=False, recurrence=STEPWISE)
     state = model.initial_state(memory)
     state = state._replace(context=tf.random.uniform(state.context.shape, -1, 1, seed=5))
     rows = int8.stored_rows(model.target_input_table(weights))

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from export.tflite import (
-    CONCATENATING_LOOP,
+    CONCATENATING_RECURRENCE,
     ALLOWED_CUSTOM_OPS,
     TFLiteConversionError,
     check_ops,
@@ -18,7 +18,7 @@ from gnmt_tf.inference.translator import TranslatorModule
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.layers.recurrence import run_lstm
+from gnmt_tf.layers.recurrence import STEPWISE, WRITTEN_GRADIENT, run_lstm
 from gnmt_tf.layers.weights import FLOAT_READER
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.vocab import EOS_ID
@@ -113,18 +113,18 @@ def test_tflite_translations_are_identical_to_tensorflow(exported):
 
 
 def test_tflite_loops_compute_exactly_what_keras_rnn_computes():
-    """The TensorArray-free time loop used for export is the training loop's math, bit for bit,
-    and both are what ``keras.backend.rnn`` computes with the cell's step (an independent loop)."""
+    """The TensorArray-free recurrence used for export is the training recurrence's math, bit for bit, and
+    the search's, and all are what ``keras.backend.rnn`` computes with the cell's step (an independent loop)."""
     cell = GNMTLSTMCell(8, init_scale=0.5)
     cell.build((None, 5))
     rng = np.random.default_rng(3)
     inputs = tf.constant(rng.normal(size=(3, 6, 5)).astype(np.float32))
     mask = tf.constant(np.arange(6)[None, :] < np.array([[6], [2], [4]]))
 
-    def run(loop):
+    def run(recurrence):
         @tf.function
         def traced(inputs, mask):
-            outputs, (c, m) = run_lstm(cell, inputs, mask, FLOAT_READER, loop=loop)
+            outputs, (c, m) = run_lstm(cell, inputs, mask, FLOAT_READER, recurrence)
             return outputs, c, m
         return traced(inputs, mask)
 
@@ -138,8 +138,10 @@ def test_tflite_loops_compute_exactly_what_keras_rnn_computes():
                                                mask=mask, zero_output_for_mask=True)
         return outputs, c, m
 
-    training_path, export_path, reference = run(None), run(CONCATENATING_LOOP), keras_rnn(inputs, mask)
-    for a, b, r in zip(training_path, export_path, reference):
+    training_path, search_path, export_path = run(WRITTEN_GRADIENT), run(STEPWISE), run(CONCATENATING_RECURRENCE)
+    reference = keras_rnn(inputs, mask)
+    for a, b, s, r in zip(training_path, export_path, search_path, reference):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.numpy(), s.numpy())
         np.testing.assert_array_equal(a.numpy(), r.numpy())
     assert np.all(export_path[0].numpy()[1, 2:] == 0)  # padding outputs are zero

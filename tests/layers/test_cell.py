@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.layers.cell import GNMTLSTMCell
-from gnmt_tf.layers.recurrence import TENSOR_ARRAY_LOOP, masked_step, run_lstm, run_over_time
+from gnmt_tf.layers.recurrence import STEPWISE, WRITTEN_GRADIENT, masked_step, run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack
 from gnmt_tf.layers.weights import FLOAT_READER
 from numpy_gnmt import cell_weights, lstm_step
@@ -63,13 +63,14 @@ def test_paper_form_has_no_bias_and_standard_form_has_one():
         GNMTLSTMCell(4, form="paper", forget_bias=1.0)
 
 
-def test_run_lstm_matches_stepping_and_ignores_padding():
+@pytest.mark.parametrize("recurrence", [WRITTEN_GRADIENT, STEPWISE], ids=["written_gradient", "stepwise"])
+def test_run_lstm_matches_stepping_and_ignores_padding(recurrence):
     cell = make_cell(units=6, input_dim=4, form="paper", scale=1.0, delta=1.0)
     rng = np.random.default_rng(2)
     xs = rng.normal(size=(2, 7, 4)).astype(np.float32)
     lengths = [7, 4]
     mask = np.array([[t < n for t in range(7)] for n in lengths])
-    outputs, final = run_lstm(cell, tf.constant(xs), tf.constant(mask), FLOAT_READER)
+    outputs, final = run_lstm(cell, tf.constant(xs), tf.constant(mask), FLOAT_READER, recurrence)
     for b, n in enumerate(lengths):
         ref = reference_lstm(xs[b, :n], cell_weights(cell), "paper", 0.0, 1.0)
         np.testing.assert_allclose(outputs.numpy()[b, :n], ref, rtol=1e-5, atol=1e-5)
@@ -79,8 +80,8 @@ def test_run_lstm_matches_stepping_and_ignores_padding():
 
 @pytest.mark.parametrize("form, forget_bias", [("paper", 0.0), ("standard", 1.0)])
 def test_the_written_out_gradient_of_a_layer_equals_the_one_derived_op_by_op(form, forget_bias):
-    """Training runs a layer with its gradient written out (``lstm_over_time``); the reference is
-    TensorFlow's own gradient of the step-by-step loop (the same steps given as a ``loop``)."""
+    """Training runs a layer with its gradient written out (``WRITTEN_GRADIENT``); it computes the outputs
+    ``STEPWISE`` computes, bit for bit, and its gradient is TensorFlow's own gradient of those steps."""
     delta = 0.6
     cell = make_cell(units=8, input_dim=5, form=form, forget_bias=forget_bias, scale=1.5, delta=delta)
     rng = np.random.default_rng(4)
@@ -90,10 +91,11 @@ def test_the_written_out_gradient_of_a_layer_equals_the_one_derived_op_by_op(for
     initial = tuple(tf.constant(rng.normal(size=(3, 8)).astype(np.float32)) for _ in range(2))
     upstream = [tf.constant(rng.normal(size=shape).astype(np.float32)) for shape in ((3, 9, 8), (3, 8), (3, 8))]
     results = {}
-    for name, loop in (("written out", None), ("derived", TENSOR_ARRAY_LOOP)):
+    for name, recurrence in (("written out", WRITTEN_GRADIENT), ("derived", STEPWISE)):
         with tf.GradientTape() as tape:
             tape.watch([xs, *initial])
-            outputs, final = run_lstm(cell, xs, mask, FLOAT_READER, initial_state=initial, loop=loop)
+            projected = cell.project_inputs(xs, FLOAT_READER)
+            outputs, final = recurrence.lstm(cell, projected, mask, FLOAT_READER, initial)
             loss = sum(tf.reduce_sum(y * u) for y, u in zip((outputs, *final), upstream))
         gradients = tape.gradient(loss, [xs, *initial, *cell.trainable_weights])
         results[name] = ([outputs, *final], gradients)
@@ -154,7 +156,7 @@ def test_residual_wiring_starts_at_the_third_layer():
         # Recompute the stack, capturing layer k's input and output.
         h = x
         for j, other in enumerate(stack.cells):
-            outputs, _ = run_lstm(other, h, mask, FLOAT_READER)
+            outputs, _ = run_lstm(other, h, mask, FLOAT_READER, WRITTEN_GRADIENT)
             new_h = stack.layer_output(j, outputs, h)
             if j == k:
                 layer_in, layer_out = h, new_h
@@ -216,7 +218,8 @@ def test_masked_step_can_leave_outputs_that_nothing_reads_at_padding():
         masked_step(step, x, tf.zeros([2, 2]), tf.constant([False, True]), zero_padding=(True, False, False))
 
 
-def test_run_over_time_runs_any_step_over_nests_of_sequences():
+@pytest.mark.parametrize("recurrence", [WRITTEN_GRADIENT, STEPWISE], ids=["written_gradient", "stepwise"])
+def test_a_recurrence_runs_any_step_over_nests_of_sequences(recurrence):
     """A running sum with two outputs of different widths; padding leaves the sum and outputs 0."""
     def step(inputs_t, total):
         a_t, b_t = inputs_t
@@ -227,8 +230,8 @@ def test_run_over_time_runs_any_step_over_nests_of_sequences():
     a = rng.normal(size=(2, 5, 3)).astype(np.float32)
     b = rng.normal(size=(2, 5, 1)).astype(np.float32)
     mask = np.arange(5)[None, :] < np.array([[5], [3]])
-    (totals, doubled), final = run_over_time(step, (tf.constant(a), tf.constant(b)), tf.constant(mask),
-                                             tf.zeros([2, 3]), (3, 2))
+    (totals, doubled), final = recurrence.steps(step, (tf.constant(a), tf.constant(b)), tf.constant(mask),
+                                                tf.zeros([2, 3]), (3, 2))
     expected = np.cumsum(np.where(mask[:, :, None], a, 0.0), axis=1) * mask[:, :, None]
     np.testing.assert_allclose(totals.numpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(doubled.numpy(), np.concatenate([b, b], -1) * mask[:, :, None], rtol=1e-6)

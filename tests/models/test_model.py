@@ -7,6 +7,7 @@ import tf_keras as keras
 
 from gnmt_tf import GNMT, SequenceCrossEntropy
 from gnmt_tf.config import load_config
+from gnmt_tf.layers.recurrence import STEPWISE, WRITTEN_GRADIENT
 from gnmt_tf.vocab import PAD_ID
 from helpers import copy_task, random_ids, tiny_model_config
 from numpy_gnmt import reference_logits
@@ -81,6 +82,31 @@ def test_step_api_equals_teacher_forcing(input_feeding):
         np.testing.assert_allclose(step_probs.numpy(), probs.numpy()[:, t], rtol=1e-5, atol=1e-6)
     # No attention on padding.
     assert np.all(probs.numpy()[0, :, 4:] == 0.0)
+
+
+@pytest.mark.parametrize("input_feeding", [False, True])
+def test_the_training_recurrence_computes_what_the_stepwise_one_does_with_autodiff_s_gradient(input_feeding):
+    """The model's default recurrence (every layer's back-propagation through time written out) gives the
+    logits of the step-by-step recurrence a search runs, bit for bit, and the gradient autodiff takes
+    through those steps; padded rows and the clip of eq. 10 included."""
+    model = build(tiny_model_config(input_feeding=input_feeding), weight_scale=0.5)
+    model.set_clip_delta(0.8)
+    rng = np.random.default_rng(8)
+    source, target = random_ids(rng, 3, 6, 64), random_ids(rng, 3, 5, 64)
+    source[1, 3:], target[2, 2:] = PAD_ID, PAD_ID
+    upstream = tf.constant(rng.normal(size=(3, 5, 64)).astype(np.float32))
+    results = {}
+    for name, recurrence in (("written", WRITTEN_GRADIENT), ("stepwise", STEPWISE)):
+        with tf.GradientTape() as tape:
+            logits, probs = model.forward(source, target, training=False, recurrence=recurrence)
+            loss = tf.reduce_sum(logits * upstream)
+        results[name] = (logits.numpy(), probs.numpy(), tape.gradient(loss, model.trainable_variables))
+    np.testing.assert_array_equal(results["written"][0], results["stepwise"][0])
+    np.testing.assert_array_equal(results["written"][1], results["stepwise"][1])
+    gradients = {name: [tf.convert_to_tensor(g).numpy() for g in result[2]] for name, result in results.items()}
+    for variable, written, stepwise in zip(model.trainable_variables, gradients["written"], gradients["stepwise"]):
+        np.testing.assert_allclose(written, stepwise, rtol=1e-5, atol=1e-6, err_msg=variable.name)
+        assert np.abs(written).max() > 0, variable.name  # every variable's gradient reached
 
 
 def test_dropout_acts_in_training_only():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gnmt_tf.layers.recurrence import STEPWISE
 from gnmt_tf.layers.weights import WeightReader
 from gnmt_tf.quantization.weights import Int8Weights
 from gnmt_tf.models.gnmt import GNMT
@@ -25,7 +26,7 @@ def model():
 
 
 def forward_logits(model, source, target, transform=None):
-    logits, _ = model.forward(source, target, weights=WeightReader(transform))
+    logits, _ = model.forward(source, target, weights=WeightReader(transform), recurrence=STEPWISE)
     return logits.numpy()
 
 
@@ -70,7 +71,7 @@ def test_int8_logits_of_a_shortlist_are_the_full_int8_logits_at_its_ids(model, r
     tokens = tf.constant(random_ids(rng, 2, 1, vocab)[:, 0])
     output_ids = np.sort(rng.choice(vocab, size=9, replace=False)).astype(np.int32)
     int8 = WeightReader(Int8Weights(model, products=products))
-    state = model.initial_state(model.encode(source, int8))
+    state = model.initial_state(model.encode(source, int8, recurrence=STEPWISE))
     full, _, _ = model.step(state, tokens, int8)
     columns = model.softmax_columns(output_ids, int8)
     restricted, _, _ = model.step(state, tokens, int8, softmax_columns=columns)
@@ -82,7 +83,8 @@ def test_graphs_traced_with_an_int8_reader_capture_only_int8_weights(model):
     int8 = Int8Weights(model)
     source = tf.constant([[5, 6, 2]])
     reader = WeightReader(int8)
-    concrete = tf.function(lambda s: model.encode(s, reader).values).get_concrete_function(source)
+    encode = tf.function(lambda s: model.encode(s, reader, recurrence=STEPWISE).values)
+    concrete = encode.get_concrete_function(source)
     captured = {v.ref() for v in concrete.variables}
     replaced = [v for v in model.variables if int8.replaces(v)]
     assert replaced and not any(v.ref() in captured for v in replaced)

@@ -154,7 +154,7 @@ def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
     is what autodiff takes through the transform's own product, and a layer run through a reader takes
     its recurrent kernel's gradient from the reader's transform."""
     from gnmt_tf.layers.cell import GNMTLSTMCell
-    from gnmt_tf.layers.recurrence import run_lstm
+    from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, run_lstm
     from gnmt_tf.layers.weights import WeightTransform
 
     transform = BFloat16Products()
@@ -179,7 +179,7 @@ def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
     gradients = {}
     for name, reader in (("float", WeightReader()), ("doubled", WeightReader(DoubledKernelGradient()))):
         with tf.GradientTape() as tape:
-            outputs, _ = run_lstm(cell, inputs, mask, reader)
+            outputs, _ = run_lstm(cell, inputs, mask, reader, WRITTEN_GRADIENT)
             loss = tf.reduce_sum(outputs ** 2)
         gradients[name] = [g.numpy() for g in tape.gradient(loss, [cell.recurrent_kernel, cell.kernel])]
     np.testing.assert_allclose(gradients["doubled"][0], 2.0 * gradients["float"][0], rtol=1e-6)
