@@ -245,11 +245,6 @@ class WeightReader:
     def transform(self) -> WeightTransform:
         return self._transform
 
-    @property
-    def reads_once(self) -> bool:
-        """Whether this reader is a snapshot made by :meth:`reading_once`."""
-        return self._read_once is not None
-
     def _read(self, kernel: tf.Variable) -> Optional[ProductKernel]:
         """``kernel`` as this snapshot read it once, or None (not read once: read through the transform)."""
         return self._read_once.get(kernel.ref()) if self._read_once is not None else None
