@@ -17,13 +17,16 @@ anneal it from 8 to 1 and inference fixes it at 1.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.clipping import clip
 from gnmt_tf.layers.weights import FLOAT_READER, WeightReader
+
+if TYPE_CHECKING:
+    from gnmt_tf.config import ModelConfig
 
 
 def uniform_initializer(scale: float) -> keras.initializers.Initializer:
@@ -33,6 +36,19 @@ def uniform_initializer(scale: float) -> keras.initializers.Initializer:
     shares one unseeded initializer instance.
     """
     return keras.initializers.RandomUniform(-scale, scale)
+
+
+def cell_arguments(config: "ModelConfig", clip_delta: Optional[tf.Variable]) -> Dict[str, Any]:
+    """The keyword arguments every LSTM cell of a model with ``config`` is made with (and every
+    :class:`~gnmt_tf.layers.stack.ResidualLSTMStack`, which passes them to its cells): the cell form,
+    its forget bias and initial scale, and delta, ``clip_delta`` shared by the whole model (eq. 10)."""
+    return dict(
+        form=config.cell,
+        forget_bias=config.forget_bias,
+        init_scale=config.init_scale,
+        clip_delta=clip_delta,
+        initial_delta=config.clip_delta,
+    )
 
 
 @keras.saving.register_keras_serializable(package="gnmt_tf")

@@ -43,7 +43,7 @@ import tf_keras as keras
 
 from gnmt_tf.layers.attention import AdditiveAttention, AttentionMemory
 from gnmt_tf.layers.clipping import clip_logits
-from gnmt_tf.layers.cell import GNMTLSTMCell, uniform_initializer
+from gnmt_tf.layers.cell import GNMTLSTMCell, cell_arguments, uniform_initializer
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, LSTMState, Recurrence, masked_step, run_projected_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer, device_scope
@@ -92,13 +92,7 @@ class GNMTDecoder(keras.layers.Layer):
         self.attention_device = attention_device
         self.softmax_device = softmax_device
         self.encoder_width = encoder_width
-        cell_args = dict(
-            form=config.cell,
-            forget_bias=config.forget_bias,
-            init_scale=config.init_scale,
-            clip_delta=clip_delta,
-            initial_delta=config.clip_delta,
-        )
+        cell_args = cell_arguments(config, clip_delta)
         self.bottom_cell = GNMTLSTMCell(config.units, name="lstm_1", **cell_args)
         self.input_dropout = keras.layers.Dropout(config.dropout)
         self.attention = AdditiveAttention(config.attention_units, init_scale=config.init_scale, name="attention")

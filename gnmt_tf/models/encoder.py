@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 import tf_keras as keras
 
-from gnmt_tf.layers.cell import GNMTLSTMCell
+from gnmt_tf.layers.cell import GNMTLSTMCell, cell_arguments
 from gnmt_tf.config import ModelConfig
 from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, Recurrence, run_lstm
 from gnmt_tf.layers.stack import ResidualLSTMStack, build_sublayer
@@ -33,13 +33,7 @@ class GNMTEncoder(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.devices = tuple(devices) if devices is not None else (None,) * config.encoder_layers
-        cell_args = dict(
-            form=config.cell,
-            forget_bias=config.forget_bias,
-            init_scale=config.init_scale,
-            clip_delta=clip_delta,
-            initial_delta=config.clip_delta,
-        )
+        cell_args = cell_arguments(config, clip_delta)
         self.forward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_forward", **cell_args)
         self.backward_cell = GNMTLSTMCell(config.direction_units, name="lstm_1_backward", **cell_args)
         self.input_dropout = keras.layers.Dropout(config.dropout)
