@@ -117,8 +117,8 @@ class GNMTDecoder(keras.layers.Layer):
 
     def build(self, input_shape):
         embedding_dim = self.embedding_dim = int(input_shape[-1])
-        bottom_input = embedding_dim + (self.encoder_width if self.config.input_feeding else 0)
-        build_sublayer(self.bottom_cell, (None, bottom_input), self.devices[0])
+        bottom_width = embedding_dim + (self.encoder_width if self.config.input_feeding else 0)
+        build_sublayer(self.bottom_cell, (None, bottom_width), self.devices[0])
         with device_scope(self.attention_device):
             self.attention.build_for(self.config.units, self.encoder_width)
         build_sublayer(self.upper, (None, None, self.config.units))
@@ -161,11 +161,13 @@ class GNMTDecoder(keras.layers.Layer):
         spread = tf.gather(tf.concat([excluded, tf.transpose(logits)], axis=0), softmax_columns.positions)
         return tf.transpose(spread)
 
-    def bottom_input(self, embedded: tf.Tensor, previous_context: tf.Tensor) -> tf.Tensor:
-        """What the bottom layer reads: the embedded token, and with input feeding the last context."""
-        if self.config.input_feeding:
-            return tf.concat([embedded, previous_context], axis=-1)
-        return embedded
+    def token_projection(self, embedded: tf.Tensor, previous_context: tf.Tensor,
+                         weights: WeightReader) -> tf.Tensor:
+        """The bottom layer's input product at one step [batch, 4 units]: of the embedded token [batch, E]
+        and, with input feeding, of the last context (:class:`TargetInputProjection` reads it from a
+        table instead)."""
+        x = tf.concat([embedded, previous_context], axis=-1) if self.config.input_feeding else embedded
+        return self.bottom_cell.project_inputs(x, weights)
 
     def target_input_table(self, embeddings: tf.Tensor, weights: WeightReader) -> tf.Tensor:
         """The bottom layer's input projection of each embedding [V, E] (the bias included): [V, 4 units]."""
@@ -211,7 +213,7 @@ class GNMTDecoder(keras.layers.Layer):
         :func:`gnmt_tf.layers.recurrence.masked_step`.
         """
         c, m, previous_context = state
-        projected = self.bottom_cell.project_inputs(self.bottom_input(x_t, previous_context), weights)
+        projected = self.token_projection(x_t, previous_context, weights)
         output, (c, m) = self.bottom_cell.recur(projected, (c, m), weights)
         context, probs = self.attention.attend_step(output, memory)
         return (output, context, probs), (c, m, context)
@@ -284,7 +286,7 @@ class GNMTDecoder(keras.layers.Layer):
         a vocabulary shortlist (see :meth:`logits`).
         """
         if projected is None:
-            projected = self.bottom_cell.project_inputs(self.bottom_input(embedded, state.context), weights)
+            projected = self.token_projection(embedded, state.context, weights)
         bottom, bottom_state = self.bottom_cell.recur(projected, state.layers[0], weights)
         context, probs = self.attention.attend_step(bottom, state.memory)
         top, upper_states = self.upper.step(bottom, state.layers[1:], weights, context=context)
