@@ -183,6 +183,21 @@ PARSE_ONLY = {
     "serving.server --model_name gnmt --model_base_path $PWD/serving_models/gnmt":
         "docs/serving.md's server command, which runs here, with the ports 8500 and 8501 that may be taken "
         "on a shared machine",
+    "gnmt_tf.train --train data/train.tsv --model-dir runs/my-model":
+        "trains the small config for ten minutes on the reader's own file; tests/cli/test_train_cli.py trains "
+        "from a TSV through the command line",
+    "gnmt_tf.train --train data/train.en,data/train.fr --dev data/dev.en,data/dev.fr --model-dir runs/my-model":
+        "trains the small config for ten minutes on the reader's own aligned files; tests/data/test_data.py "
+        "reads aligned files (test_read_aligned)",
+    "gnmt_tf.train --config gnmt_wmt14_ende --train tfds:wmt14_translate/de-en --dev tfds:wmt14_translate/de-en "
+    "--target-lang de --model-dir runs/wmt14-ende":
+        "downloads WMT'14 through tensorflow-datasets (internet, tens of GB) and trains the paper's model for days",
+    "gnmt_tf.train --config small_long": "trains the small_long config on the gettext catalogs for an hour",
+    "gnmt_tf.train --model-dir runs/en-fr":
+        "resumes a run for the rest of its budget: minutes; tests/cli/test_train_cli.py resumes a killed run "
+        "(test_killed_run_resumes_to_the_same_state)",
+    "gnmt_tf.summary --config small":
+        "builds the small model: ~15 s; tests/cli/test_summary_cli.py checks the printed count against one by hand",
 }
 
 # Documented commands that run here (see test_documented_commands_run): every other one.
