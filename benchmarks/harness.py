@@ -1,18 +1,27 @@
-"""What every benchmark here shares: one worker process per TensorFlow thread count.
+"""What every benchmark here shares: one worker process per TensorFlow thread count, and its results file.
 
 TensorFlow fixes its thread pools when it starts, so each thread setting is
 measured in a fresh process: ``SCRIPT --worker --threads N ...`` prints its
 results as JSON on the last line of stdout.
+
+A benchmark's results file is a list of runs, ``{"benchmark": SCRIPT NAME, "runs": [...]}``: each run
+(:func:`write_report`) is appended with the date, commit, CPU and command it was measured with, and
+earlier runs are never rewritten (a doc cites one as ``runs[N]...``).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 
 
 # The instructions that decide a training step's speed here: float32 products run on AVX2 or AVX-512,
@@ -65,9 +74,88 @@ def run_in_worker_process(script: str, threads: int, worker_args: List[str], tim
     return answer, info
 
 
-def write_report(path: str, report: Dict) -> None:
-    """Write a benchmark's results file (JSON), making its folder, and say where."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"wrote {path}", file=sys.stderr)
+def commit() -> str:
+    """The checkout's commit (``git rev-parse --short HEAD``), ``+changes`` if tracked files were changed."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def command_line(script: Optional[str] = None, argv: Optional[Sequence[str]] = None) -> str:
+    """The command that ran, as typed from the checkout: ``python benchmarks/X.py ARGS``, a path inside the
+    checkout relative to it, one in the home folder as ``~/...`` (no machine paths in a results file)."""
+    script = sys.argv[0] if script is None else script
+    argv = sys.argv[1:] if argv is None else argv
+    return "python " + " ".join(_shell_word(word) for word in [os.path.abspath(script), *argv])
+
+
+def _shell_word(word: str) -> str:
+    """``word`` quoted for the shell, an absolute path made relative to the checkout or the home folder."""
+    name, equals, value = word.partition("=")
+    if equals and name.startswith("-") and os.path.isabs(value):  # --option=PATH
+        return shlex.quote(name + equals) + _shell_word(value)
+    if os.path.isabs(word):
+        if word == ROOT or word.startswith(ROOT + os.sep):
+            return shlex.quote(os.path.relpath(word, ROOT))
+        home = os.path.expanduser("~")
+        if home not in ("", "/") and word.startswith(home + os.sep):
+            return "~/" + shlex.quote(word[len(home) + 1:])
+    return shlex.quote(word)
+
+
+def load(path: str, benchmark: Optional[str] = None, **header) -> Dict:
+    """The results file at ``path``: ``{"benchmark": NAME, ..., "runs": [...]}``; when there is none yet, an
+    empty one of ``benchmark`` with ``header``'s fields. A file of another shape or benchmark is an error,
+    not something to overwrite."""
+    if not os.path.exists(path):
+        return {"benchmark": benchmark, **header, "runs": []}
+    with open(path, encoding="utf-8") as handle:
+        results = json.load(handle)
+    if not isinstance(results, dict) or not isinstance(results.get("runs"), list):
+        raise ValueError(f"{path} is not a results file ({{\"benchmark\": ..., \"runs\": [...]}}): "
+                         f"give another --output")
+    if benchmark is not None and results.get("benchmark") != benchmark:
+        raise ValueError(f"{path} holds the runs of {results.get('benchmark')!r}, not of {benchmark!r}: "
+                         f"give another --output")
+    return results
+
+
+def record(path: str, run: Dict, benchmark: Optional[str] = None, **header) -> int:
+    """Append one run to the results file (written whole, then renamed: a kill leaves the old file); returns
+    the number of runs it now holds."""
+    results = load(path, benchmark, **header)
+    results["runs"].append(run)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1, ensure_ascii=False)
+            handle.write("\n")
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return len(results["runs"])
+
+
+def last_run(path: str, benchmark: Optional[str] = None) -> Optional[Dict]:
+    """The newest run of the results file at ``path`` (None without one): what ``--update`` builds on."""
+    runs = load(path, benchmark)["runs"]
+    return runs[-1] if runs else None
+
+
+def write_report(path: str, report: Dict, script: Optional[str] = None,
+                 argv: Optional[Sequence[str]] = None) -> Dict:
+    """Append ``report`` as a run to the benchmark's results file, with the sitting it was measured in: its
+    ``date`` (ISO, to the second), ``commit`` (:func:`commit`), ``cpu`` (:func:`cpu_description`) and
+    ``command`` (:func:`command_line` of ``script`` and ``argv``, by default this process'). The file is
+    ``{"benchmark": SCRIPT NAME, "runs": [...]}``, earlier runs untouched; returns the run."""
+    script = sys.argv[0] if script is None else script
+    run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": commit(),
+           "cpu": cpu_description(), "command": command_line(script, argv), **report}
+    count = record(path, run, benchmark=os.path.splitext(os.path.basename(script))[0])
+    print(f"wrote {path} (run {count})", file=sys.stderr)
+    return run

@@ -35,14 +35,13 @@ import argparse
 import json
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from harness import cpu_description
+from harness import command_line, commit, cpu_description, load, record
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -229,21 +228,13 @@ def last_peer_step(train_log: str) -> Optional[int]:
 
 
 # ----------------------------------------------------------------------------- the sitting
-def commit() -> str:
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD")
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def sitting(trials: Sequence[Trial], runs: int, minutes: float, threads: int, splits: Dict[str, str],
             workdir: str, output: str, data_name: str) -> str:
     """Every trial ``runs`` times, alternating, each run recorded as soon as it is scored; returns the sitting's id."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     common = {"sitting": started, "commit": commit(), "cpu": cpu_description(), "data": data_name,
               "split_sizes": {name: len(read_pairs(path)) for name, path in splits.items()},
-              "minutes": minutes, "threads": threads, "command": "python " + " ".join(map(shlex.quote, sys.argv))}
+              "minutes": minutes, "threads": threads, "command": command_line()}
     for run in range(1, runs + 1):
         for number, trial in enumerate(trials, 1):
             print(f"[{time.strftime('%H:%M')}] run {run}/{runs}, {trial.system} {trial.label} "
@@ -251,24 +242,9 @@ def sitting(trials: Sequence[Trial], runs: int, minutes: float, threads: int, sp
             run_dir = os.path.join(workdir, f"{started.replace(':', '')}-{trial.system}-{trial.label}-{run}")
             scored = (run_ours if trial.system == "ours" else run_peer)(trial, run_dir, minutes, threads, splits)
             record(output, {**common, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "system": trial.system,
-                            "setting": trial.label, "settings": trial.settings, "run": run, **scored})
+                            "setting": trial.label, "settings": trial.settings, "run": run, **scored},
+                   "quality_benchmark", long_sentences=f">= {LONG_WORDS} source words")
     return started
-
-
-def record(path: str, run: Dict) -> None:
-    """Append one run to the results file (written whole, then renamed: a kill leaves the old file)."""
-    results = load(path)
-    results["runs"].append(run)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1, ensure_ascii=False)
-    os.replace(path + ".tmp", path)
-
-
-def load(path: str) -> Dict:
-    if not os.path.exists(path):
-        return {"benchmark": "quality_benchmark", "long_sentences": f">= {LONG_WORDS} source words", "runs": []}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 # ----------------------------------------------------------------------------- the summary
