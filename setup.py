@@ -41,6 +41,8 @@ EXTRAS_REQUIRE = {
         "ipykernel>=6",
         "polib>=1.2",  # benchmarks/heldout_catalogs.py reads the .po catalogs of the held-out check
     ],
+    "tfds": ["tensorflow-datasets>=4.9"],  # --train tfds:NAME (docs/own_data.md)
+    "cuda": ["tensorflow[and-cuda]==2.21.*"],  # TensorFlow's CUDA build for GPUs (docs/gpus.md)
 }
 
 # One console script per command, with a common prefix, as fairseq (fairseq-train, fairseq-generate) and

@@ -208,7 +208,7 @@ def _read_tfds(
     except ImportError:
         raise DataError(
             f"tfds:{name} needs tensorflow-datasets, which is not installed: pip install "
-            f"tensorflow-datasets (it downloads and prepares the data on first use, which needs "
+            f"\"gnmt_tf[tfds]\" (or pip install tensorflow-datasets; it downloads and prepares the data on first use, which needs "
             f"internet and, for WMT, tens of GB of disk); or pass your own files instead"
         ) from None
     if target_lang is None:

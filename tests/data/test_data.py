@@ -127,7 +127,7 @@ def test_read_parallel_dispatch_errors(tmp_path):
     with pytest.raises(DataError, match="SOURCE_FILE,TARGET_FILE"):
         read_parallel("a,b,c")
     if importlib.util.find_spec("tensorflow_datasets") is None:
-        with pytest.raises(DataError, match="pip install tensorflow-datasets"):
+        with pytest.raises(DataError, match=r"pip install \"gnmt_tf\[tfds\]\""):
             read_parallel("tfds:wmt14_translate/fr-en")
 
 
