@@ -26,6 +26,7 @@ import tensorflow as tf
 from conftest import copy_version
 from helpers import run_each_in_process
 from serving_helpers import (
+    Requests,
     ServerProcess,
     free_port,
     rest,
@@ -914,40 +915,38 @@ def _lengths_predict(rest_port, sentences):
 
 
 def _start_request_in_flight(rest_port):
-    """Sends IN_FLIGHT to ``lengths`` from a thread and returns (thread, answers) once it waits in the batch queue.
+    """Sends IN_FLIGHT to ``lengths`` from a thread; returns it (serving_helpers.Requests) once it waits in the queue.
 
     The server shows that it waits: a probe of 4 sentences (a full batch) then finds the queue full
-    (503), where it would otherwise run at once (200). A probe sitting in the queue for that moment
-    can refuse the request in flight instead; the request is then sent again, so only its own place in
-    the queue ends the wait. No timing is involved.
+    (503), where it would otherwise run at once (200). A probe sitting in the queue as the request
+    came can have refused it instead; it is then sent again. Each probe has been answered before the
+    next, so a 503 can only come from the request in flight. No timing is involved.
     """
-    answers = []
-
-    def send_until_queued():
-        for _ in range(100):
-            answers.append(_lengths_predict(rest_port, IN_FLIGHT))
-            if answers[-1][0] != 503:
-                return
+    in_flight = Requests(lambda: _lengths_predict(rest_port, IN_FLIGHT))
+    in_flight.start("in flight")
 
     def queue_is_full():
         status, answer = _lengths_predict(rest_port, ["probe"] * 4)
-        assert status in (200, 503), answer
-        return status == 503 and "The batch scheduling queue" in answer["error"]
+        if status == 503:
+            assert "The batch scheduling queue" in answer["error"], answer
+            return True
+        assert status == 200, answer
+        if in_flight.done("in flight"):  # refused while the probe filled the queue: send it again
+            refused = in_flight.answers["in flight"]
+            assert isinstance(refused, tuple) and refused[0] == 503, refused
+            in_flight.start("in flight")
+        return False
 
-    in_flight = threading.Thread(target=send_until_queued, daemon=True)
-    in_flight.start()
     wait_for(queue_is_full, timeout=120)
-    assert in_flight.is_alive(), answers  # queued, and the window is an hour
-    return in_flight, answers
+    assert not in_flight.done("in flight"), in_flight.answers  # queued, and the window is an hour
+    return in_flight
 
 
 def _signal_in_flight(send_signal, rest_port, number):
     """Sends ``number`` while a request waits in the batch queue: the drain runs it and it is answered."""
-    in_flight, answers = _start_request_in_flight(rest_port)
+    in_flight = _start_request_in_flight(rest_port)
     send_signal(number)
-    in_flight.join(120)
-    assert not in_flight.is_alive(), "the request in flight was not answered"
-    assert answers[-1] == (200, {"predictions": [len(s.encode()) for s in IN_FLIGHT]})
+    assert in_flight.join() == {"in flight": (200, {"predictions": [len(s.encode()) for s in IN_FLIGHT]})}
 
 
 def _stopped_cleanly(status, log, rest_port, number):
