@@ -68,7 +68,7 @@ import sys
 import tempfile
 import time
 
-from harness import WorkerFailed, run_in_worker_process
+from harness import SITTING, WorkerFailed, last_run, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -123,7 +123,8 @@ def parse_args(argv=None):
     parser.add_argument("--output", default=None,
                         help="default benchmarks/results/artifacts.json (--quick: artifacts_quick.json in the temp dir)")
     parser.add_argument("--update", action="store_true",
-                        help="replace only the --parts run here in an existing --output (targets are re-evaluated)")
+                        help="append to --output its newest run with only the --parts run here measured again "
+                             "(targets are re-evaluated)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -777,9 +778,9 @@ def main(argv=None) -> int:
 
     report["machine"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     report["minutes"] = round((time.time() - started) / 60, 1)
-    if args.update and os.path.exists(args.output):
-        with open(args.output, encoding="utf-8") as handle:
-            previous = json.load(handle)
+    newest = last_run(args.output, "artifact_benchmark") if args.update else None
+    if newest:  # appended as a new run: the newest one, with these parts measured again
+        previous = {key: value for key, value in newest.items() if key not in SITTING}
         part_keys = {"A": ["artifacts", "speed", "quality", "mean_reference_words", "model_parameters"],
                      "B": ["paper_size"], "C": ["quantization_methods"]}
         for part in args.parts:
@@ -791,16 +792,15 @@ def main(argv=None) -> int:
         previous["workers"] = previous.get("workers", []) + [{**w, "update": True} for w in workers]
         previous.setdefault("updates", []).append({
             "parts": args.parts, "minutes": report["minutes"], "settings": report["settings"],
+            "other_parts_from": {key: newest.get(key) for key in SITTING},
             "load_average_at_start": report["machine"]["load_average_at_start"],
             "load_average_at_end": report["machine"]["load_average_at_end"],
         })
         report = previous
     report["targets"] = evaluate_targets(report.get("speed", []), report.get("quality", {}),
                                          report.get("paper_size", {}).get("rows", []))
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"wrote {args.output} ({round((time.time() - started) / 60, 1)} min)", file=sys.stderr)
+    write_report(args.output, report, __file__, argv)
+    print(f"{round((time.time() - started) / 60, 1)} min", file=sys.stderr)
     print(markdown(report))
     return 0
 

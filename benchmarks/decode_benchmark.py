@@ -28,7 +28,7 @@ import platform
 import sys
 import time
 
-from harness import WorkerFailed, run_in_worker_process
+from harness import WorkerFailed, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -196,10 +196,7 @@ def main(argv=None) -> int:
         "workers": workers,
         "results": rows,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"wrote {args.output}", file=sys.stderr)
+    write_report(args.output, report, __file__, argv)
     for r in rows:
         print(
             f"{r['config']:>16} threads={r['threads']} batch={r['batch']:>2}: {r['sentences_per_second']:7.2f} sent/s "

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+SITTING = ("date", "commit", "cpu", "command")  # what write_report adds to a report: where it was measured
 
 
 # The instructions that decide a training step's speed here: float32 products run on AVX2 or AVX-512,
@@ -156,6 +157,12 @@ def write_report(path: str, report: Dict, script: Optional[str] = None,
     script = sys.argv[0] if script is None else script
     run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": commit(),
            "cpu": cpu_description(), "command": command_line(script, argv), **report}
-    count = record(path, run, benchmark=os.path.splitext(os.path.basename(script))[0])
+    benchmark = os.path.splitext(os.path.basename(script))[0]
+    try:
+        count = record(path, run, benchmark)
+    except ValueError as error:  # not a results file of this benchmark: keep the run (hours of work) apart
+        kept = f"{os.path.splitext(path)[0]}.{run['date'][:19].replace(':', '')}.json"
+        record(kept, run, benchmark)
+        raise ValueError(f"{error}; this run is in {kept}") from error
     print(f"wrote {path} (run {count})", file=sys.stderr)
     return run

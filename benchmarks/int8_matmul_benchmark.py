@@ -47,7 +47,7 @@ import platform
 import sys
 import time
 
-from harness import WorkerFailed, run_in_worker_process
+from harness import SITTING, WorkerFailed, last_run, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -69,7 +69,7 @@ def parse_args(argv=None):
     parser.add_argument("--seconds", type=float, default=0.25, help="target duration of one timed run")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "int8_matmul.json"))
     parser.add_argument("--update", action="store_true",
-                        help="replace only these --threads' results in an existing --output")
+                        help="append to --output its newest run with only these --threads measured again")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -185,9 +185,8 @@ def main(argv=None) -> int:
         print(json.dumps(run_worker(args)))
         return 0
     rows, accuracy, workers, tf_version = [], [], [], None
-    if args.update and os.path.exists(args.output):  # keep the other thread counts' results
-        with open(args.output, encoding="utf-8") as handle:
-            previous = json.load(handle)
+    previous = last_run(args.output, "int8_matmul_benchmark") if args.update else None
+    if previous:  # a new run: the newest one's other thread counts, these measured again
         rows = [r for r in previous["results"] if r["threads"] not in args.threads]
         accuracy = [a for a in previous["accuracy"] if a["threads"] not in args.threads]
         workers = [w for w in previous.get("workers", []) if w["threads"] not in args.threads]
@@ -221,10 +220,10 @@ def main(argv=None) -> int:
         "results": rows,
         "accuracy": sorted(accuracy, key=lambda a: (a["threads"], a["rows"], a["K"] * a["N"])),
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    print(f"wrote {args.output}", file=sys.stderr)
+    if previous:
+        report["update"] = {"threads": args.threads,
+                            "other_threads_from": {key: previous.get(key) for key in SITTING}}
+    write_report(args.output, report, __file__, argv)
     for reference in ("float32", "float32_xla"):
         if reference in args.variants:
             print(f"\nspeed-up over {reference}:")

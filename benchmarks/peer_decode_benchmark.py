@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         "ours": ours, "peer": peer,
         "speed_ratio": round(ours["decode_src_words_per_s"] / peer["decode_src_words_per_s"], 2),
     }
-    write_report(args.output, result)
+    write_report(args.output, result, __file__, argv)
     print(f"ours {ours['decode_src_words_per_s']} source words/s (BLEU "
           f"{ours['beam 4, alpha=beta=0.2']['whole']['bleu']}), peer {peer['decode_src_words_per_s']} "
           f"(BLEU {peer['bleu']}): {result['speed_ratio']}x")

@@ -19,11 +19,12 @@ intra- and inter-op threads, and the TFLite interpreter's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Callable, Dict, List
+
+from harness import write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,10 +105,7 @@ def main(argv=None) -> Dict:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "results": results,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=1)
-    print(f"wrote {args.output}")
+    write_report(args.output, report, __file__, argv)
     return report
 
 

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from harness import write_report  # noqa: E402
 from serving.client import GrpcClient, RestClient, ServingRequestError  # noqa: E402
 
 
@@ -154,9 +155,7 @@ def main(argv=None) -> int:
         "request": "one sentence per request, dev sentences round robin",
         "records": records,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2)
+    write_report(args.output, result, __file__, argv)
     print("| batching | clients | requests/s | p50 ms | p90 ms | p99 ms | failures |")
     print("|---|---|---|---|---|---|---|")
     for r in records:

@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from harness import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -71,9 +73,8 @@ def main(argv=None) -> int:
         run["load_average_before"] = [round(v, 2) for v in load_before]
         print(json.dumps(run), flush=True)
         runs.append(run)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump({"benchmark": "shortlist_benchmark", "model_dir": args.model_dir,
-                   "cpu_count": os.cpu_count(), "runs": runs}, handle, indent=1)
+    write_report(args.output, {"benchmark": "shortlist_benchmark", "model_dir": args.model_dir,
+                               "cpu_count": os.cpu_count(), "runs": runs}, __file__, argv)
     return 0
 
 

@@ -34,6 +34,8 @@ import tempfile
 import time
 from typing import Dict, List, Sequence
 
+from harness import write_report
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (group, is the model's arithmetic, regular expression on a frame's symbol). First match wins,
@@ -193,11 +195,8 @@ def main(argv=None) -> int:
                 except (RuntimeError, subprocess.TimeoutExpired) as error:  # recorded; the others go on
                     results.append({"label": label, "model": model, "batch": batch, "error": str(error)[-2000:]})
             print(json.dumps(results[-1]), file=sys.stderr)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump({"runs": results, "sentences": args.sentences, "count": args.count,
-                   "seconds": args.seconds}, handle, indent=2)
-    print(f"wrote {args.output}", file=sys.stderr)
+    write_report(args.output, {"runs": results, "sentences": args.sentences, "count": args.count,
+                               "seconds": args.seconds}, __file__, argv)
     return 0
 
 

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         "processor": platform.processor() or platform.machine(),
         "runs": runs,
     }
-    write_report(args.output, report)
+    write_report(args.output, report, __file__, argv)
     for run in runs:
         first = run["dev_evaluations"][0] if run["dev_evaluations"] else {}
         print(f"{run['variant']:>9}: {run['steps']:5d} steps (x{run['steps_ratio_to_float32']}), dev perplexity "
