@@ -16,7 +16,7 @@ passed down to the layers (never inferred from the weight reader):
 * :data:`STEPWISE` (:class:`StepwiseRecurrence` in a :class:`TensorArrayLoop`): every step is
   ``cell.recur``, its products read through the weight reader, the gradient derived op by op:
   what the translator's searches run (their reader's kernels read once, or int8 products);
-* ``export.tflite.STEPWISE_CONCATENATING``: the same steps in a loop without TensorArrays, which
+* ``export.tflite.CONCATENATING_RECURRENCE``: the same steps in a loop without TensorArrays, which
   TFLite converts to builtin ops (the TFLite exporter's choice).
 
 A recurrence runs an LSTM layer (:meth:`Recurrence.lstm`, its input product hoisted out of time
