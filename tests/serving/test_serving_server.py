@@ -56,6 +56,7 @@ from serving.server import ModelServer, build_parser, configure, main
 from serving.tensors import array_to_proto
 
 GOOD = {"instances": ["three one four"]}
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 HOUR_MICROS = 3600 * 10**6  # a batch window no test waits out: batches run when full, or when the server drains
 OPTIONS = {"alpha": 0.2, "beta": 0.2, "beamsize": 3.0}
 
@@ -596,101 +597,96 @@ def test_hot_swap_under_load_and_broken_versions(exported, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- batching
-def test_batching_merges_concurrent_requests(exported, direct):
-    """Eight clients of two sentences each, with batches of 8 sentences and a window of an hour: however slow
-    the machine, the requests can only run as full batches of four requests each (two batches per
-    signature; translate_with_options's two alphas make a batch each)."""
+BATCH_REQUESTS = [[" ".join(WORDS[(i + k) % 10] for k in range(1 + i % 4)), WORDS[i]] for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def batched_server(exported):
+    """Batches of 8 sentences and a window of an hour: however slow the machine, a batch runs only when full
+    (or when the server stops), so what the tests below count does not depend on timing."""
     options = parse_batching_parameters(
         f"max_batch_size {{ value: 8 }} batch_timeout_micros {{ value: {HOUR_MICROS} }}\n"
         "num_batch_threads { value: 1 } max_enqueued_batches { value: 10 }")
-    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-    requests = [[" ".join(words[(i + k) % 10] for k in range(1 + i % 4)), words[i]] for i in range(8)]
-    scalars = [dict(OPTIONS, alpha=0.2 if i % 2 else 1.0) for i in range(8)]
     with ModelServer([single_model_config("gnmt", exported)], port=0, rest_api_port=0, batching=options,
                      log=lambda message: None) as server:
-        before = server.stats()["gnmt"][1]
-        answers, failures = {}, []
+        yield server
 
-        def client(index, signature):
-            channel, predictions, _ = stubs(server.grpc_port)
-            try:
-                extra = scalars[index] if signature == "translate_with_options" else {}
-                response = predictions.Predict(predict_request(requests[index], signature=signature, **extra),
-                                               timeout=60)
-                answers[index] = (texts(response.outputs["translations"]),
-                                  tf.make_ndarray(response.outputs["scores"]))
-            except Exception as error:  # noqa: BLE001
-                failures.append(repr(error))
-            finally:
-                channel.close()
 
-        for signature in ("serving_default", "translate_with_options"):
-            answers.clear()
-            threads = [threading.Thread(target=client, args=(i, signature)) for i in range(8)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-            assert not failures, failures
-            for index in range(8):  # each client gets its own rows back
-                extra = scalars[index] if signature == "translate_with_options" else {}
-                expected = direct(signature, requests[index], **extra)
-                assert answers[index][0] == [t.decode() for t in expected["translations"]]
-                np.testing.assert_allclose(answers[index][1], expected["scores"], rtol=1e-4, atol=1e-5)
+def _batching_counters(server, signature):
+    stats = server.stats()["gnmt"][1]
+    return {**stats["batching"][signature], "calls": stats["calls"].get(signature, 0)}
 
-        after = server.stats()["gnmt"][1]
-        for signature in ("serving_default", "translate_with_options"):
-            stats = after["batching"][signature]
-            previous = before["batching"][signature]
-            calls = after["calls"].get(signature, 0) - before["calls"].get(signature, 0)
-            assert stats["requests"] - previous["requests"] == 8
-            assert stats["batches"] - previous["batches"] == calls == 2, (signature, stats)
-            assert stats["largest_batch"] == 8
 
-        # Bad options among good requests: refused at once, never queued; the four good ones fill a batch.
-        answers.clear()
-        bad = {1: ("alpha", math.nan, "nan"), 3: ("beamsize", -5.0, "-5"), 5: ("beta", -0.5, "-0.5"),
-               7: ("alpha", math.inf, "inf")}  # index: (option, value, as the message writes it)
-        refused = {}
+def _predict_each(server, requests, signature, options):
+    """{index: translations and scores, or the RpcError} of one gRPC client per request, all at once."""
 
-        def mixed_client(index):
-            channel, predictions, _ = stubs(server.grpc_port)
-            try:
-                options = dict(OPTIONS, **({bad[index][0]: bad[index][1]} if index in bad else {}))
-                response = predictions.Predict(predict_request(
-                    requests[index], signature="translate_with_options", **options), timeout=60)
-                answers[index] = texts(response.outputs["translations"])
-            except grpc.RpcError as error:
-                refused[index] = (error.code(), error.details())
-            finally:
-                channel.close()
-
-        before_mixed = server.stats()["gnmt"][1]["batching"]["translate_with_options"]
-        threads = [threading.Thread(target=mixed_client, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        assert sorted(answers) == [0, 2, 4, 6] and sorted(refused) == sorted(bad)
-        for index in answers:
-            expected = direct("translate_with_options", requests[index], **OPTIONS)["translations"]
-            assert answers[index] == [t.decode() for t in expected]
-        for index, (name, _, shown) in bad.items():
-            assert refused[index] == (grpc.StatusCode.INVALID_ARGUMENT, option_message(name, shown))
-        mixed = server.stats()["gnmt"][1]["batching"]["translate_with_options"]
-        assert mixed["requests"] - before_mixed["requests"] == 4  # only the good ones were queued
-        assert mixed["batches"] - before_mixed["batches"] == 1
-
-        # Over max_batch_size: refused (TF Serving's default, no large-batch splitting).
+    def predict(index):
         channel, predictions, _ = stubs(server.grpc_port)
+        try:
+            response = predictions.Predict(predict_request(requests[index], signature=signature, **options[index]),
+                                           timeout=120)
+            return texts(response.outputs["translations"]), tf.make_ndarray(response.outputs["scores"])
+        except grpc.RpcError as error:
+            return error.code(), error.details()
+        finally:
+            channel.close()
+
+    clients = Requests(predict)
+    for index in range(len(requests)):
+        clients.start(index, index)
+    return clients.join()
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "translate_with_options"])
+def test_batching_merges_concurrent_requests(batched_server, direct, signature):
+    """Eight clients of two sentences each run as two full batches of four requests; each client gets its own
+    rows back. translate_with_options's requests alternate two alphas: a batch each (scalars key the batches)."""
+    options = [dict(OPTIONS, alpha=0.2 if i % 2 else 1.0) if signature == "translate_with_options" else {}
+               for i in range(8)]
+    before = _batching_counters(batched_server, signature)
+    answers = _predict_each(batched_server, BATCH_REQUESTS, signature, options)
+    for index, request in enumerate(BATCH_REQUESTS):
+        expected = direct(signature, request, **options[index])
+        assert answers[index][0] == [t.decode() for t in expected["translations"]], answers[index]
+        np.testing.assert_allclose(answers[index][1], expected["scores"], rtol=1e-4, atol=1e-5)
+    after = _batching_counters(batched_server, signature)
+    assert {name: after[name] - before[name] for name in ("requests", "batches", "calls", "sentences")} == {
+        "requests": 8, "batches": 2, "calls": 2, "sentences": 16}
+    assert after["largest_batch"] == 8
+
+
+def test_batching_refuses_bad_options_before_the_queue(batched_server, direct):
+    """Bad options among good requests: refused at once, never queued; the four good ones fill a batch."""
+    bad = {1: ("alpha", math.nan, "nan"), 3: ("beamsize", -5.0, "-5"), 5: ("beta", -0.5, "-0.5"),
+           7: ("alpha", math.inf, "inf")}  # index: (option, value, as the message writes it)
+    options = [dict(OPTIONS, **({bad[i][0]: bad[i][1]} if i in bad else {})) for i in range(8)]
+    before = _batching_counters(batched_server, "translate_with_options")
+    answers = _predict_each(batched_server, BATCH_REQUESTS, "translate_with_options", options)
+    for index, request in enumerate(BATCH_REQUESTS):
+        if index in bad:
+            name, _, shown = bad[index]
+            assert answers[index] == (grpc.StatusCode.INVALID_ARGUMENT, option_message(name, shown))
+        else:
+            expected = direct("translate_with_options", request, **OPTIONS)["translations"]
+            assert answers[index][0] == [t.decode() for t in expected], answers[index]
+    after = _batching_counters(batched_server, "translate_with_options")
+    assert (after["requests"] - before["requests"], after["batches"] - before["batches"]) == (4, 1)
+
+
+def test_batching_refuses_more_than_max_batch_size_and_runs_nbest_unbatched(batched_server):
+    channel, predictions, _ = stubs(batched_server.grpc_port)
+    try:
+        # Over max_batch_size: refused (TF Serving's default, no large-batch splitting).
         with pytest.raises(grpc.RpcError) as error:
-            predictions.Predict(predict_request(["nine"] * 9), timeout=60)
+            predictions.Predict(predict_request(["nine"] * 9), timeout=120)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "Task size 9 is larger than maximum input batch size 8" in error.value.details()
-        # n-best runs unbatched (its padded outputs would depend on the other requests of a batch).
+        # n-best runs unbatched (its padded outputs would depend on the other requests of a batch): a single
+        # request is answered at once although the window is an hour.
         response = predictions.Predict(predict_request(["three one four"], signature="translate_nbest", **OPTIONS),
-                                       timeout=60)
+                                       timeout=120)
         assert tf.make_ndarray(response.outputs["translations"])[0][0] == b"trois un quatre"
+    finally:
         channel.close()
 
 
