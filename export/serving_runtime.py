@@ -43,7 +43,7 @@ PYTHON_ONLY_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 REQUIREMENTS = (f"tensorflow=={TENSORFLOW}.*", f"tensorflow-text=={TENSORFLOW_TEXT}.*")  # and nothing else
 VENV_VARIABLE = "GNMT_TF_SERVING_RUNTIME_VENV"  # where the runtime's environment is (built there if absent)
 VENV_TIMEOUT = 120  # s, python -m venv
-PIP_TIMEOUT = 900  # s, pip install: minutes, more on a busy machine (benchmarks/README.md, "Serving runtime")
+PIP_TIMEOUT = 900  # s, pip install: minutes, more on a busy machine
 RUN_TIMEOUT = 600  # s, one process in the runtime (a TensorFlow start, loading and calling exports)
 LOCK_TIMEOUT = VENV_TIMEOUT + PIP_TIMEOUT + 2 * RUN_TIMEOUT  # s, waiting for another process's build
 

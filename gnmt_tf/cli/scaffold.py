@@ -148,7 +148,7 @@ def start_tensorflow(verbose: bool = False) -> None:
     first import and at the first device query, which is why both happen here.
     """
     # tf.keras as tf-keras, the Keras this package is built on: TensorFlow then does not import Keras 3
-    # at start-up, which it would for nothing (benchmarks/README.md, "Command start-up"). Importing
+    # at start-up, which it would for nothing. Importing
     # tensorflow-model-optimization sets the same.
     os.environ.setdefault(LEGACY_KERAS_VARIABLE, "1")
     if verbose or LOG_LEVEL_VARIABLE in os.environ:

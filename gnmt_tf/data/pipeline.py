@@ -197,7 +197,7 @@ def _tokenized(dataset, tokenize: Tokenize):
     import tensorflow as tf
 
     # Traced as written: tf.data would run AutoGraph over tensorflow-text's tokenizer code, which has
-    # no tensor-dependent Python control flow to convert (benchmarks/README.md, "Command start-up").
+    # no tensor-dependent Python control flow to convert.
     @tf.autograph.experimental.do_not_convert
     def tokenize_chunk(source_text, target_text):
         return (

@@ -317,7 +317,7 @@ class _WordpieceOps(tf.Module):
 
     # Traced once per vocabulary and called as a function wherever tokenize is used (pipelines,
     # searches, exports), rather than its ~300 ops (most of them tensorflow-text's whitespace split)
-    # built again in every graph that tokenizes (benchmarks/README.md, "Tracing the tokenizer once").
+    # built again in every graph that tokenizes.
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize_vector(self, strings: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """:meth:`WordpieceTokenizer.tokenize` of a vector of strings: the values and row splits of the
@@ -402,7 +402,7 @@ class WordpieceOpsCache:
 
     Why: building the two traced functions costs ~500 ops (about 0.6 CPU-s); a model directory loaded
     again (a second translator, an export and its check, a server's reload, the next test) calls the
-    ones already traced instead (benchmarks/README.md, "Tracing the tokenizer once"). Kept: the form of
+    ones already traced instead. Kept: the form of
     every vocabulary a live tokenizer uses, and of the ``keep_recent`` vocabularies used last after
     their tokenizers are gone (each costs a few MB and its traced functions). Thread-safe.
     """

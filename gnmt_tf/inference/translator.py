@@ -82,8 +82,7 @@ TENSORFLOW = GraphTarget()  # TensorFlow itself: Python, SavedModel, TF Serving
 
 # Every loop and branch on a tensor in the translator is written as tf.while_loop / tf.cond /
 # tf.where already, so AutoGraph would only re-parse the Python source of ~70 functions (model,
-# layers, strategies): most of a translator's first call (benchmarks/README.md, "The translator's first
-# call without AutoGraph").
+# layers, strategies): most of a translator's first call.
 graph_function = functools.partial(tf.function, autograph=False)
 
 
@@ -468,8 +467,8 @@ class Translator:
         batch_size: sentences decoded together (sorted by length first, as section 7 does).
         concurrent_batches: batches decoded at the same time, each on a thread of its own. A
             decoding step is a few products between many small ops; a second batch in flight
-            keeps the cores busy while the first runs those (benchmarks/README.md, "Decoding
-            against the peer at the same size"). Each batch translates as it would alone. 1: one
+            keeps the cores busy while the first runs those (docs/benchmarks.md,
+            decoding against the peer). Each batch translates as it would alone. 1: one
             after another.
         max_input_length: wordpieces per source sentence, EOS excluded (None: ``decoding.max_input_length``);
             a translation of a longer one has ``truncated=True``.

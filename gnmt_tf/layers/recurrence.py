@@ -222,8 +222,7 @@ def lstm_over_time(cell, projected: tf.Tensor, mask: tf.Tensor, kernel: tf.Tenso
     unclipped cell state and the previous state: ``cell.activation_gradient``), and the kernel's gradient
     is one product over all steps, ``kernel_gradient(m_prev, d_z)`` (the weight reader's: in bfloat16
     where the step's large products are). Derived op by op, the while loop's gradient instead stacks ~30
-    intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run;
-    benchmarks/README.md, "Training step"). Returns (outputs [batch, time, units], final state (c, m)).
+    intermediates per step and runs ~180 small ops per step back (many more ops to trace and to run). Returns (outputs [batch, time, units], final state (c, m)).
 
     Without a gradient (dev loss, forced scoring) the saved records are written and not read: seven
     more TensorArray writes per step (no copies), which searches avoid (the translator runs them
