@@ -19,7 +19,7 @@ reads its weights through one mechanism.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, FrozenSet, Optional, Sequence
 
 import tensorflow as tf
 
@@ -68,21 +68,50 @@ NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
 converts and bfloat16 products are slower than float32 ones."""
 
 
-def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU multiplies bfloat16 natively (one of :data:`NATIVE_BFLOAT16_FLAGS`)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
-            words = set(handle.read().split())
-    except OSError:  # not Linux, or no /proc: do not guess
-        return False
-    return any(flag in words for flag in NATIVE_BFLOAT16_FLAGS)
+class CpuInfoFile:
+    """Where the CPU's description is read: a file in the form of Linux' /proc/cpuinfo.
+
+    What :func:`resolve_product_precision` (and the Trainer) ask about the machine, passed in so that a
+    test can describe another machine: any object with ``text() -> str`` does."""
+
+    def __init__(self, path: str = "/proc/cpuinfo"):
+        self.path = path
+
+    def text(self) -> str:
+        """The file's text; empty where it cannot be read (not Linux, or no /proc): do not guess."""
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return ""
 
 
-def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpuinfo",
+PROC_CPUINFO = CpuInfoFile()
+"""This machine's CPU, as Linux describes it."""
+
+
+def cpu_flags(cpuinfo_text: str) -> FrozenSet[str]:
+    """The flags of cpuinfo text: the words of its ``flags`` lines (one per processor), only those, so
+    that a flag's name elsewhere (a model name, a ``bugs`` line) does not count."""
+    flags = set()
+    for line in cpuinfo_text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.strip() == "flags":
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+def cpu_multiplies_bfloat16(cpuinfo=PROC_CPUINFO) -> bool:
+    """Whether the CPU ``cpuinfo`` describes multiplies bfloat16 natively (one of :data:`NATIVE_BFLOAT16_FLAGS`)."""
+    return not cpu_flags(cpuinfo.text()).isdisjoint(NATIVE_BFLOAT16_FLAGS)
+
+
+def resolve_product_precision(product_precision: str, cpuinfo=PROC_CPUINFO,
                               gpus: Optional[Sequence] = None) -> str:
     """``training.product_precision`` as a precision: ``"auto"`` is bfloat16 on a CPU that multiplies
-    it natively (:func:`cpu_multiplies_bfloat16`), float32 elsewhere, and float32 wherever a GPU
-    (``gpus``; default: those TensorFlow sees) takes the products: the CPU's flags say nothing of it."""
+    it natively (:func:`cpu_multiplies_bfloat16` of ``cpuinfo``, a :class:`CpuInfoFile` or any object
+    with ``text()``), float32 elsewhere, and float32 wherever a GPU (``gpus``; default: those TensorFlow
+    sees) takes the products: the CPU's flags say nothing of it."""
     if product_precision == "auto":
         if gpus is None:
             gpus = tf.config.list_physical_devices("GPU")
@@ -90,9 +119,11 @@ def resolve_product_precision(product_precision: str, cpuinfo: str = "/proc/cpui
     return product_precision
 
 
-def training_transform(product_precision: str, inner: Optional[WeightTransform]) -> Optional[WeightTransform]:
+def training_transform(product_precision: str, inner: Optional[WeightTransform],
+                       cpuinfo=PROC_CPUINFO) -> Optional[WeightTransform]:
     """The transform a training step computes with: ``inner`` (None: the float weights), with
-    bfloat16 products when ``product_precision`` resolves to ``"bfloat16"``."""
-    if resolve_product_precision(product_precision) != "bfloat16":
+    bfloat16 products when ``product_precision`` resolves to ``"bfloat16"`` (``"auto"``: on the CPU
+    ``cpuinfo`` describes; see :func:`resolve_product_precision`)."""
+    if resolve_product_precision(product_precision, cpuinfo) != "bfloat16":
         return inner
     return BFloat16Products(inner if inner is not None else FLOAT_WEIGHTS)

@@ -134,19 +134,52 @@ def test_an_unknown_precision_is_refused():
         load_config("tiny", overrides={"training.product_precision": "float16"})
 
 
-def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
-    from gnmt_tf.training.precision import resolve_product_precision
+# Two processors' worth of /proc/cpuinfo: one CPU that multiplies bfloat16, one (AVX2) that does not but
+# names the flags outside its flags lines, where a search of the whole text would find them.
+FAKE_CPUINFO = {
+    "bfloat16": "".join(
+        f"processor\t: {n}\nmodel name\t: Example Xeon\n"
+        f"flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 avx512_vnni amx_tile\nbugs\t\t: spectre_v1\n\n"
+        for n in range(2)),
+    "avx2": "".join(
+        f"processor\t: {n}\nmodel name\t: Example CPU amx_bf16 avx512_bf16 edition\n"
+        f"flags\t\t: fpu sse2 avx2 fma\nbugs\t\t: avx512_bf16\npower management: amx_bf16\n\n"
+        for n in range(2)),
+}
 
-    flags = "flags\t\t: fpu sse2 avx2 avx512f {}\n"
-    native, emulated = tmp_path / "native", tmp_path / "emulated"
-    native.write_text("processor\t: 0\n" + flags.format("avx512_bf16 avx512_vnni"))
-    emulated.write_text("processor\t: 0\n" + flags.format("avx512_vnni avx512bw"))
-    assert resolve_product_precision("auto", str(native), gpus=[]) == "bfloat16"
-    assert resolve_product_precision("auto", str(native), gpus=["/physical_device:GPU:0"]) == "float32"
-    assert resolve_product_precision("auto", str(emulated)) == "float32"
-    assert resolve_product_precision("auto", str(tmp_path / "absent")) == "float32"
-    assert resolve_product_precision("float32", str(native)) == "float32"
-    assert resolve_product_precision("bfloat16", str(emulated)) == "bfloat16"
+
+def _cpuinfo(tmp_path, cpu):
+    from gnmt_tf.training.precision import CpuInfoFile
+
+    path = tmp_path / f"cpuinfo_{cpu}"
+    path.write_text(FAKE_CPUINFO[cpu])
+    return CpuInfoFile(str(path))
+
+
+def test_only_the_flags_lines_of_cpuinfo_count():
+    from gnmt_tf.training.precision import cpu_flags
+
+    assert cpu_flags(FAKE_CPUINFO["bfloat16"]) >= {"avx512_bf16", "avx2"}
+    avx2 = cpu_flags(FAKE_CPUINFO["avx2"])
+    assert avx2 == {"fpu", "sse2", "avx2", "fma"}  # not the model name's words, nor the bugs' or power lines'
+    assert "amx_bf16" in FAKE_CPUINFO["avx2"].split()  # what a search of the whole text would have found
+    assert cpu_flags("Features\t: fp asimd bf16\n") == frozenset()  # an ARM CPU's line: not x86 flags
+    assert cpu_flags("") == frozenset()
+
+
+def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
+    from gnmt_tf.training.precision import CpuInfoFile, resolve_product_precision
+
+    native, emulated = _cpuinfo(tmp_path, "bfloat16"), _cpuinfo(tmp_path, "avx2")
+    assert resolve_product_precision("auto", native, gpus=[]) == "bfloat16"
+    assert resolve_product_precision("auto", native, gpus=["/physical_device:GPU:0"]) == "float32"
+    assert resolve_product_precision("auto", emulated, gpus=[]) == "float32"
+    assert resolve_product_precision("auto", CpuInfoFile(str(tmp_path / "absent")), gpus=[]) == "float32"
+    assert resolve_product_precision("float32", native) == "float32"
+    assert resolve_product_precision("bfloat16", emulated) == "bfloat16"
+    assert isinstance(training_transform("auto", None, native), BFloat16Products) == (
+        not tf.config.list_physical_devices("GPU"))
+    assert training_transform("auto", None, emulated) is None
 
 
 def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
