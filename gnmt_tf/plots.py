@@ -39,7 +39,7 @@ MAX_TITLE_CHARACTERS = 90
 # The four training-curve panels: (title, series drawn as lines, series drawn as points, y label).
 # Tags are "<log subdirectory>/<scalar tag>" as written under MODEL_DIR/logs/ by gnmt_tf.training:
 # TrainingSummaries writes logs/train/{loss, perplexity, learning_rate, delta, gradient_norm, ...}
-# every training.log_every steps; Trainer.evaluate_dev writes logs/dev/{loss, perplexity, bleu}.
+# every training.log_every steps; DevEvaluator.evaluate writes logs/dev/{loss, perplexity, bleu}.
 CURVE_PANELS = (
     ("loss", ("train/loss",), ("dev/loss",), "cross-entropy per target wordpiece"),
     ("dev BLEU (greedy decoding)", (), ("dev/bleu",), "BLEU"),

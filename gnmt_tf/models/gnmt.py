@@ -154,7 +154,6 @@ class GNMT(keras.Model):
     # Set by compile: what train_step minimises (gnmt_tf.models.objectives), the teacher-forcing
     # objective of the compiled loss, which test_step reports, and the reader both compute with.
     objective = None
-    weight_average = None
     _evaluation_objective = None
     _running_means = None
     _compiled_weights = FLOAT_READER
@@ -165,7 +164,7 @@ class GNMT(keras.Model):
         ``weight_transform`` given to :meth:`compile` (float before, or without one)."""
         return self._compiled_weights
 
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None, weight_average=None,
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, *, objective=None,
                 weight_transform: Optional[WeightTransform] = None, **kwargs):
         """Keras' ``compile``, plus the objective that :meth:`train_step` minimises and the weights it reads.
 
@@ -185,8 +184,9 @@ class GNMT(keras.Model):
                 the float weights. Keras makes its step functions anew after ``compile``, so
                 they compute with it; it is not saved with the compile config.
             metrics: not supported; the steps log their own (see :meth:`train_step`).
-            weight_average: a :class:`~gnmt_tf.training.averaging.WeightAverage` of this model's
-                trainable variables, moved after every update (the weights a run ships).
+
+        A weight average is training state, not the model's: ``fit`` moves one through a callback
+        (:class:`~gnmt_tf.training.averaging.WeightAveraging`).
         """
         if metrics or kwargs.get("weighted_metrics"):
             raise ValueError(
@@ -196,8 +196,6 @@ class GNMT(keras.Model):
         evaluation = MaximumLikelihood(loss)
         super().compile(optimizer=optimizer, loss=evaluation.loss_function, **kwargs)
         self.objective = objective if objective is not None else evaluation
-        # Not tracked as a child of the model: its variables are the trainer's to save, not the model's weights.
-        object.__setattr__(self, "weight_average", weight_average)
         self._evaluation_objective = evaluation
         self._compiled_weights = WeightReader(weight_transform)
         with self.distribute_strategy.scope():  # where Keras creates its own metrics
@@ -246,8 +244,6 @@ class GNMT(keras.Model):
         gradients = tape.gradient(scaled, self.trainable_variables)
         learning_rate = self.optimizer.learning_rate  # the rate this update uses
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
-        if self.weight_average is not None:
-            self.weight_average.update(self.trainable_variables, self.optimizer.iterations)
         logs = self._logs(batch, loss, objective_logs)
         logs["gradient_norm"] = tf.linalg.global_norm(gradients)
         logs["learning_rate"] = tf.convert_to_tensor(learning_rate)

@@ -241,7 +241,7 @@ class DevEvaluation(keras.callbacks.Callback):
 
     Args:
         evaluate: ``evaluate(step)`` evaluates the model on the dev set and adds its BLEU to
-            ``record`` (:meth:`Trainer.evaluate_dev`, which also keeps the best checkpoint).
+            ``record`` (:meth:`gnmt_tf.training.dev.DevEvaluator.evaluate`, which also keeps the best checkpoint).
         record: the :class:`BestScore` that ``evaluate`` adds to.
         every: steps between evaluations.
         control: the run's :class:`RunControl`: a diverged run is not evaluated, and a stop

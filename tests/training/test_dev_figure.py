@@ -12,7 +12,8 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
     from gnmt_tf.config import load_config
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
     from gnmt_tf.inference import evaluation
-    from gnmt_tf.training import trainer as trainer_module
+    from gnmt_tf.training import dev
+    from gnmt_tf.training.trainer import Trainer
     from helpers import SHALLOW, number_word_pairs
 
     train_pairs = number_word_pairs(200, seed=1, min_len=1)
@@ -31,18 +32,18 @@ def test_the_final_figure_reloads_the_checkpoint_only_when_this_run_did_not_meas
         loads.append(args)
         return evaluation.load_translator(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "load_translator", counted_load_translator)
-    first = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
-                                   verbose=0).train(max_steps=2)
+    monkeypatch.setattr(dev, "load_translator", counted_load_translator)
+    first = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
+                    verbose=0).train(max_steps=2)
     assert loads == [] and first.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")
     # Resumed, with best/ recorded at a dev BLEU the resumed run will not reach (a tie would take best/,
     # callbacks.BestScore): its dev BLEU (0 again) is no new best, so best/ stays the first run's
     # checkpoint, which this Trainer never evaluated. The resumed run is already at its max_steps, so it
-    # ends at once (the figure is chosen in the end of every run, _finish, trained or not): training on
+    # ends at once (the figure is chosen in the end of every run, TrainingRun.result, trained or not): training on
     # would trace the training step a second time and change nothing here.
     model_files.write_best_bleu(model_dir, model_files.read_best_bleu(model_dir)._replace(score=5.0))
-    resumed = trainer_module.Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
-                                     verbose=0)
+    resumed = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None,
+                      verbose=0)
     assert resumed.step == 2 and resumed.best_bleu == 5.0
     result = resumed.train(max_steps=2)
     assert loads == [(model_dir,)] and result.dev_checkpoint == model_files.find_checkpoint(model_dir, "best")

@@ -122,9 +122,9 @@ def test_bfloat16_products_of_quantization_aware_training_round_the_fake_quantiz
                                **SHALLOW})
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
     compiled = trainer.model.compiled_weights.transform
-    assert isinstance(compiled, BFloat16Products) and compiled.inner is trainer.qat_transform
-    assert isinstance(trainer.qat_transform, qat.QuantizationAwareTraining)
-    assert trainer.dev_weights.transform is trainer.qat_transform
+    assert isinstance(compiled, BFloat16Products) and compiled.inner is trainer.state.qat_transform
+    assert isinstance(trainer.state.qat_transform, qat.QuantizationAwareTraining)
+    assert trainer.dev_weights.transform is trainer.state.qat_transform
 
 
 def test_an_unknown_precision_is_refused():

@@ -170,7 +170,7 @@ def test_refinement_config_is_the_paper_recipe():
 def test_patience_stops_the_run_after_evaluations_without_a_better_bleu():
     """DevEvaluation stops after rl.patience evaluations in a row without a better dev BLEU.
 
-    The counter is the real one (BestScore, as Trainer.evaluate_dev adds each dev BLEU to it);
+    The counter is the real one (BestScore, as DevEvaluator.evaluate adds each dev BLEU to it);
     only the dev BLEU scores are given.
     """
     from types import SimpleNamespace
@@ -181,7 +181,7 @@ def test_patience_stops_the_run_after_evaluations_without_a_better_bleu():
         control, record, evaluated = RunControl(steps, None, lambda: ""), BestScore(best), []
         scores = iter(scores)
 
-        def evaluate(step):  # as Trainer.evaluate_dev: evaluate, add the BLEU to the record
+        def evaluate(step):  # as DevEvaluator.evaluate: evaluate, add the BLEU to the record
             evaluated.append(step)
             record.add(next(scores))
 
@@ -259,8 +259,8 @@ def test_rl_patience_ends_a_trainer_run_and_a_resumed_run_keeps_its_best_bleu(tm
     # better BLEU, patience 1 spent; a Trainer that forgot the best would count an improvement at step 4.
     resumed = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=logs.append, verbose=0)
     assert resumed.step == 4 and resumed.best_bleu == 0.0
-    resumed.evaluate_dev(resumed.step)
-    assert resumed.dev_record.evaluations_since_best == 1
+    resumed.dev.evaluate(resumed.step)
+    assert resumed.dev.record.evaluations_since_best == 1
     assert logs[-1].endswith("(equals the best: now best/)")
     assert model_files.read_best_bleu(model_dir) == best
     assert model_files.find_checkpoint(model_dir, "best").endswith("-4")

@@ -200,7 +200,8 @@ def test_a_run_compiled_with_xla_trains_on_one_batch_shape_per_length_bucket(tmp
     assert trainer.model.jit_compile
     # XLA compiles the step once per batch shape: one shape per length bucket, padded to its width.
     widths = _bucket_widths(config)
-    shapes = {tuple(target_out.shape) for (source, target_in), target_out in trainer._training_data().take(100)}
+    batches = trainer.batches.for_fit(trainer.step)
+    shapes = {tuple(target_out.shape) for (source, target_in), target_out in batches.take(100)}
     assert shapes <= {(config.training.batch_size, width) for width in widths} and len(shapes) > 1, shapes
     result = trainer.train()
     assert result.step == 30 and result.dev_perplexity < 0.5 * tokenizer.vocab_size, result
@@ -217,7 +218,8 @@ def test_a_run_bounded_in_cells_trains_on_batches_within_the_bound(tmp_path):
     config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
         tmp_path, steps=20, **{"training.batch_cells": bound, **SHALLOW})
     trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0)
-    shapes = [(source.shape, target_out.shape) for (source, target_in), target_out in trainer._training_data().take(200)]
+    batches = trainer.batches.for_fit(trainer.step)
+    shapes = [(source.shape, target_out.shape) for (source, target_in), target_out in batches.take(200)]
     cells = [s[0] * s[1] * t[1] for s, t in shapes]
     assert max(cells) <= bound, max(cells)
     # The bound binds where it should: no batch holds more pairs than its length bucket's share,
