@@ -80,6 +80,12 @@ def add_arguments(parser) -> None:
         "it is only read",
     )
     parser.add_argument(
+        "--pause-after-step", nargs=2, action="append", default=[], metavar=("STEP", "FILE"),
+        help="for tests and scripts: after step STEP (and its checkpoint, if it is one) create FILE and wait "
+        "until FILE is deleted, so that the run can be killed or looked at at a known step "
+        "(gnmt_tf.training.callbacks.PauseAfterStep; repeatable)",
+    )
+    parser.add_argument(
         "--quiet", action="store_true",
         help="no live progress line: a progress line every 30 seconds instead (the default when output "
         "is not a terminal)",
@@ -97,6 +103,9 @@ def check(parser, args) -> None:
     if args.refine and not args.model_dir:
         parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
     check_new_directory("--model-dir", args.model_dir)
+    for step, _ in args.pause_after_step:
+        if not step.isdigit():
+            parser.error(f"--pause-after-step STEP FILE: STEP must be a step number, got {step!r}")
 
 
 def train(args) -> int:
@@ -160,7 +169,14 @@ def _run(args) -> int:
     trainer = Trainer(
         config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args), strategy=strategy
     )
-    return _train_and_report(trainer, model_dir)
+    return _train_and_report(trainer, model_dir, _extra_callbacks(args))
+
+
+def _extra_callbacks(args) -> list:
+    """The callbacks the command line adds to the run's own (--pause-after-step)."""
+    from gnmt_tf.training.callbacks import PauseAfterStep
+
+    return [PauseAfterStep(int(step), hold) for step, hold in args.pause_after_step]
 
 
 def _strategy(args):
@@ -268,7 +284,7 @@ def _run_refine(args) -> int:
         config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
         init_checkpoint=init_checkpoint, strategy=strategy,
     )
-    return _train_and_report(trainer, model_dir)
+    return _train_and_report(trainer, model_dir, _extra_callbacks(args))
 
 
 def _verbosity(args) -> int:
@@ -276,8 +292,8 @@ def _verbosity(args) -> int:
     return 1 if sys.stdout.isatty() and not args.quiet else 2
 
 
-def _train_and_report(trainer, model_dir) -> int:
-    result = trainer.train()  # TrainingDiverged and WorkerLost end the command (_exit_statuses)
+def _train_and_report(trainer, model_dir, callbacks) -> int:
+    result = trainer.train(callbacks=callbacks)  # TrainingDiverged and WorkerLost end the command (_exit_statuses)
     print()
     print(f"stopped at step {result.step}: {result.stop_reason}")
     if not trainer.is_chief:

@@ -20,6 +20,8 @@
   the elapsed and remaining minutes of the budget.
 * :class:`SegmentBoundaries`: the per-step callbacks at segment boundaries, for
   parameter-server ``fit``.
+* :class:`PauseAfterStep`: not one of the run's own: a hold at a known step, which a test (or a
+  script) passes in to stop a run there or look at it (``python -m gnmt_tf.train --pause-after-step``).
 
 Each acts on the optimizer's step counter, which the checkpoint restores, so a
 resumed run acts at the same steps as an uninterrupted one.
@@ -28,6 +30,7 @@ resumed run acts at the same steps as an uninterrupted one.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from typing import Callable, Optional, Sequence
@@ -451,3 +454,30 @@ class Progress(keras.callbacks.Callback):
             left = None
         parts.append(f"{elapsed / 60:.1f} min" + (f", {left / 60:.1f} left" if left is not None else ""))
         return " | ".join(parts)
+
+
+class PauseAfterStep(keras.callbacks.Callback):
+    """After step ``step``, once the callbacks before it have acted (its checkpoint and dev evaluation,
+    if any), creates the file ``hold`` and waits until it is deleted.
+
+    A watcher of ``hold`` then knows the run is at that step and stays there: it can kill the process at
+    a known step, look at the model directory, or delete the file to let the run go on; it waits for an
+    event, not for a time. ``hold`` holds the step. Under parameter-server training the steps a batch
+    callback sees are segment ends (:class:`SegmentBoundaries`): pause at one of those.
+    """
+
+    def __init__(self, step: int, hold: str, poll_seconds: float = 0.05):
+        super().__init__()
+        self.step = step
+        self.hold = hold
+        self.poll_seconds = poll_seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        if current_step(self.model) != self.step:
+            return
+        partial = self.hold + ".partial"
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(f"{self.step}\n")
+        os.replace(partial, self.hold)  # appears whole: a watcher never reads half of it
+        while os.path.exists(self.hold):
+            time.sleep(self.poll_seconds)

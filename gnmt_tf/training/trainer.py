@@ -98,7 +98,7 @@ class Trainer:
         """Train until ``max_steps`` (default: the config's), the time limit, or a signal.
 
         ``callbacks``: Keras callbacks to run after the run's own at every step (after its checkpoint
-        and dev evaluation).
+        and dev evaluation), e.g. :class:`~gnmt_tf.training.callbacks.PauseAfterStep`.
         """
         t = self.config.training
         return self.run.train(self.batches, max_steps if max_steps is not None else t.max_steps,

@@ -59,7 +59,11 @@ def _checkpoint_values(path):
 def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     """A run killed with SIGKILL resumes from its last checkpoint with every weight and every optimizer
     slot (Adam's moments, the step counter that sets the Adam/SGD phase and delta) as they were saved,
-    bit for bit, and trains on from there to the run's end (step, delta and optimizer phase)."""
+    bit for bit, repeats the steps the kill lost, and trains on from there to the run's end (step, delta
+    and optimizer phase).
+
+    The run holds after step 17 (--pause-after-step) and is killed there: between its checkpoints of
+    steps 15 and 20 (training.checkpoint_every=5), whatever the machine's speed."""
     from gnmt_tf.models.gnmt import GNMT
 
     train_tsv, dev_tsv = str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv")
@@ -69,29 +73,29 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
 
     # The run to be killed is a process; the resumed one runs in this process.
     killed = str(tmp_path / "killed")
-    log = tmp_path / "killed.log"
+    log, hold = tmp_path / "killed.log", tmp_path / "paused"
     with open(log, "w") as handle:
-        process = subprocess.Popen(_train_cli(killed, *data_args, "--max-steps", "30"), env=_env(),
-                                   stdout=subprocess.DEVNULL, stderr=handle)
+        process = subprocess.Popen(
+            _train_cli(killed, *data_args, "--max-steps", "30", "--pause-after-step", "17", str(hold)),
+            env=_env(), stdout=subprocess.DEVNULL, stderr=handle)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and process.poll() is None:
-            latest = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed)) if os.path.isdir(killed) else None
-            if latest and int(latest.rsplit("-", 1)[1]) >= 10:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the run wrote no checkpoint in time (exit status {process.poll()}): "
-                        f"{log.read_text()[-2000:]}")
+        deadline = time.monotonic() + 300  # a watchdog: the run writes the file when it holds at step 17
+        while not hold.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the run did not hold at step 17 (exit status {process.poll()}): "
+                            f"{log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        assert hold.read_text() == "17\n"
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    step_at_kill, _, phase_at_kill = _final_state(killed)
-    assert 10 <= step_at_kill < 20 and phase_at_kill  # killed while still in the Adam phase
+    # The kill lost steps 16 and 17: the last checkpoint is step 15's, in the Adam phase.
+    checkpointed, _, in_adam_phase = _final_state(killed)
+    assert checkpointed == 15 and in_adam_phase
     left = tf.train.latest_checkpoint(model_files.checkpoint_dir(killed))
-    assert left.endswith(f"ckpt-{step_at_kill}")
+    assert left.endswith("ckpt-15")
     saved = _checkpoint_values(left)  # read now: the resumed run deletes old checkpoints (keep_checkpoints)
 
     # The state the resumed run trains from: every variable of its model and optimizer when fit starts,
@@ -107,7 +111,8 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     monkeypatch.setattr(GNMT, "fit", fit_from_a_recorded_state)
     resumed = run_in_process(_train_cli(killed, *data_args, "--max-steps", "30"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming from {left} at step {step_at_kill}" in resumed.stdout
+    assert f"resuming from {left} at step {checkpointed}" in resumed.stdout
+    assert f"training from step {checkpointed} to at most 30" in resumed.stdout  # 16 and 17 again: none lost
 
     restored = _checkpoint_values(started_from)
     assert sorted(restored) == sorted(saved)  # the same variables: none missing, none new
@@ -118,7 +123,7 @@ def test_killed_run_resumes_to_the_same_state(tmp_path, monkeypatch):
     # (two per trainable weight), which at this step are far from their zero start.
     model_weights = [name for name in saved if name.startswith("model/")]
     optimizer_slots = [name for name in saved if name.startswith("optimizer/") and "iterations" not in name]
-    assert saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"] == step_at_kill
+    assert saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"] == checkpointed
     assert any("clip_delta" in name for name in model_weights)
     assert len(optimizer_slots) >= 2 * (len(model_weights) - 1) > 20
     assert sum(np.any(saved[name] != 0) for name in optimizer_slots) >= 0.9 * len(optimizer_slots)

@@ -1,4 +1,4 @@
-"""Callbacks of a training run: delta annealing (section 6, eq. 10) and parameter-server segments.
+"""Callbacks of a training run: delta annealing (section 6, eq. 10), parameter-server segments, the pause hook.
 
 (Stopping and patience: test_training.py and test_reinforce.py.)
 """
@@ -11,7 +11,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.training.callbacks import DeltaAnnealing, PeriodicCheckpoint, RunControl, SegmentBoundaries
+from gnmt_tf.training.callbacks import (
+    DeltaAnnealing, PauseAfterStep, PeriodicCheckpoint, RunControl, SegmentBoundaries,
+)
 from gnmt_tf.training.schedules import DeltaSchedule
 from helpers import SHALLOW_MODEL, copy_task, tiny_model_config
 
@@ -242,3 +244,32 @@ def test_the_last_state_is_saved_when_fit_ends_and_not_after_a_divergence():
     control.stop_reason = "diverged"
     checkpointing.on_train_end()
     assert writer.steps == [] and extra.steps == []
+
+
+def test_the_pause_holds_the_run_after_its_step_until_its_file_is_deleted(tmp_path):
+    """The hook a test stops a run with: at its step it writes its file and returns only once the file is
+    gone; at any other step it does nothing. Waited on through events (the file, the thread's end); the
+    bounds are watchdogs only."""
+    import os
+    import threading
+    import time
+
+    hold = str(tmp_path / "paused")
+    pause = PauseAfterStep(5, hold, poll_seconds=0.01)
+    pause.set_model(FakeModel(step=4, delta=1.0))
+    pause.on_train_batch_end(0)  # step 4: not its step
+    assert not os.path.exists(hold)
+    pause.set_model(FakeModel(step=5, delta=1.0))
+    returned = threading.Event()
+    thread = threading.Thread(target=lambda: (pause.on_train_batch_end(0), returned.set()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300  # a watchdog: the file appears once the thread has run
+    while not os.path.exists(hold):
+        assert thread.is_alive() and time.monotonic() < deadline, "the pause never wrote its file"
+        time.sleep(0.01)
+    with open(hold, encoding="utf-8") as handle:
+        assert handle.read() == "5\n"
+    assert not returned.is_set()  # it only returns once the file is gone: still held
+    assert not os.path.exists(hold + ".partial")
+    os.remove(hold)
+    assert returned.wait(300), "the pause did not let the run go on"
