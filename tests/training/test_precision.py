@@ -182,6 +182,44 @@ def test_auto_is_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
     assert training_transform("auto", None, emulated) is None
 
 
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="auto is float32 wherever a GPU computes")
+@pytest.mark.parametrize("cpu", ["bfloat16", "avx2"])
+def test_a_trainer_given_a_cpu_steps_in_the_precision_auto_gives_it(tmp_path, cpu):
+    """training.product_precision: auto, end to end: the Trainer resolves it on the cpuinfo it is given, and
+    its compiled step's loss is the one computed with that precision's products, not the other's."""
+    from gnmt_tf.layers.weights import FLOAT_READER
+    from gnmt_tf.models.gnmt import unpack_batch
+    from gnmt_tf.models.objectives import MaximumLikelihood
+
+    keras.utils.set_random_seed(0)
+    config, model_dir, train_pairs, dev_pairs, tokenizer = tiny_number_setup(
+        tmp_path, steps=2, **{"training.product_precision": "auto", "model.dropout": 0.0, "model.init_scale": 0.5,
+                              **SHALLOW})
+    trainer = Trainer(config, model_dir, train_pairs, dev_pairs, tokenizer, log=lambda m: None, verbose=0,
+                      cpuinfo=_cpuinfo(tmp_path, cpu))
+    in_bfloat16 = cpu == "bfloat16"
+    assert trainer.product_precision == ("bfloat16" if in_bfloat16 else "float32")
+    assert isinstance(trainer.model.compiled_weights.transform, BFloat16Products) == in_bfloat16
+
+    # The step's loss and gradient norm against each precision's, computed here through each one's reader.
+    batch = next(iter(trainer.batches.for_fit(0)))
+    objective = MaximumLikelihood(SequenceCrossEntropy(config.training.label_smoothing))  # what the step minimises
+
+    def loss_and_gradient_norm(reader):
+        with tf.GradientTape() as tape:
+            loss = objective.loss(trainer.model, unpack_batch(batch), training=True, weights=reader)[0]
+        gradients = tape.gradient(loss, trainer.model.trainable_variables)
+        return np.array([float(loss), float(tf.linalg.global_norm(gradients))])
+
+    in_bfloat16_products = loss_and_gradient_norm(WeightReader(BFloat16Products()))
+    in_float32 = loss_and_gradient_norm(FLOAT_READER)
+    logs = trainer.model.train_on_batch(*batch, return_dict=True)
+    step = np.array([logs["loss"], logs["gradient_norm"]])
+    right, wrong = (in_bfloat16_products, in_float32) if in_bfloat16 else (in_float32, in_bfloat16_products)
+    np.testing.assert_allclose(step, right, rtol=1e-6)
+    assert np.all(np.abs(step - wrong) > 10 * np.abs(step - right) + 1e-6 * np.abs(wrong)), (step, right, wrong)
+
+
 def test_a_recurrent_kernel_s_gradient_is_one_product_of_bfloat16_operands(rng):
     """``kernel_gradient`` (``x^T dy``, which ``lstm_over_time`` sums its recurrent kernel's gradient with)
     is what autodiff takes through the transform's own product, and a layer run through a reader takes
