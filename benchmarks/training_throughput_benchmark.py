@@ -5,8 +5,8 @@
 Source tokens/s is the measure of Ono et al. (2019, table 3). Each scheme trains
 the same model (default: the shipped ``small`` config) on one fixed synthetic
 batch with the real training step (``GNMT.train_step`` through ``model.fit``,
-the compiled AdamThenSGD optimizer and the delta annealing callback, as
-gnmt_tf/training/trainer.py sets them up): a few warm-up steps (tracing included), then timed steps,
+compiled by the Trainer's own :class:`gnmt_tf.training.state.TrainingState`, with the delta annealing
+callback): a few warm-up steps (tracing included), then timed steps,
 each timed by a batch callback (the median step counts). Every scheme runs
 ``--rounds`` times in alternating order and its best round counts (all are kept).
 
@@ -47,6 +47,7 @@ on a CPU machine they add no compute: what this measures there is the overhead
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -161,77 +162,85 @@ def save_real_batches(model_dir: str, config, count: int, path: str) -> int:
     return tokenizer.vocab_size
 
 
-def run_worker(args) -> dict:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    scheme = args.scheme
-    code = os.path.abspath(args.baseline) if scheme in BASELINE else ROOT
-    sys.path.insert(0, code)
+def step_batches(args, config):
+    """(warm-up data, timed data, the timed batches as arrays): the saved real batches (``config`` then
+    takes their vocabulary size, as the trainer sizes the model to its wordpieces) or one synthetic batch."""
     import numpy as np
     import tensorflow as tf
-    import tf_keras as keras
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    if scheme not in ONE_DEVICE:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
-    from gnmt_tf.config import ParallelConfig, load_config, parse_overrides
-    from gnmt_tf.models.losses import SequenceCrossEntropy
-    from gnmt_tf.models.gnmt import GNMT
-    from gnmt_tf.training.optimizer import AdamThenSGD
-    from gnmt_tf.training.callbacks import DeltaAnnealing
-    from gnmt_tf.training.schedules import DeltaSchedule
+    if not args.batches:
+        rng = np.random.default_rng(0)
+        fixed = synthetic_batch(np, rng, args.batch or config.training.batch_size, args.min_length,
+                                args.max_length, config.model.vocab_size)
+        data = tf.data.Dataset.from_tensors(((fixed[0], fixed[1]), fixed[2])).repeat()
+        return data, data, [fixed] * args.steps
+    saved = np.load(args.batches)
+    config.model.vocab_size = int(saved["vocab_size"])
+    batches = [tuple(saved[f"{name}_{i}"] for name in ("source", "target_in", "target_out"))
+               for i in range(args.warmup + args.steps)]
 
-    import gnmt_tf
+    def dataset_of(chosen):
+        signature = tf.TensorSpec([None, None], tf.int32)
+        return tf.data.Dataset.from_generator(lambda: (((s, i), o) for s, i, o in chosen),
+                                              output_signature=((signature, signature), signature))
 
-    if not os.path.abspath(gnmt_tf.__file__).startswith(code + os.sep):
-        raise RuntimeError(f"imported {gnmt_tf.__file__}, not the package in {code}")
+    return dataset_of(batches[:args.warmup]), dataset_of(batches[args.warmup:]), batches[args.warmup:]
 
-    # The baseline parses the overrides with its own code's parser.
-    config = load_config(args.config, parse_overrides(args.overrides))
-    batch = args.batch or config.training.batch_size
-    if args.batches:
-        saved = np.load(args.batches)
-        config.model.vocab_size = int(saved["vocab_size"])  # as the trainer sizes the model to its wordpieces
-        batches = [tuple(saved[f"{name}_{i}"] for name in ("source", "target_in", "target_out"))
-                   for i in range(args.warmup + args.steps)]
-    devices = [f"/device:CPU:{i}" for i in range(args.devices)]
-    parallel = None
+
+def scheme_strategy(scheme, config, devices):
+    """Sets ``config`` to what ``scheme`` times (XLA, the products' precision, model parallelism over
+    ``devices``) and returns its strategy."""
+    import tensorflow as tf
+
+    config.training.jit_compile = scheme == "xla"
+    config.training.product_precision = "bfloat16" if scheme in ("bfloat16", "baseline_bfloat16") else "float32"
     if scheme in ("model", "hybrid"):
-        parallel = ParallelConfig(mode=scheme, devices=devices, softmax_shards=args.devices if scheme == "model" else 1)
+        config.parallel = dataclasses.replace(config.parallel, mode=scheme, devices=devices,
+                                              softmax_shards=len(devices) if scheme == "model" else 1)
     if scheme == "mirrored":
-        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-    else:
-        strategy = tf.distribute.get_strategy()
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    return tf.distribute.get_strategy()
 
-    keras.utils.set_random_seed(config.training.seed)
-    with strategy.scope():  # as gnmt_tf.training.trainer.Trainer builds it
-        model = GNMT(config.model, parallel=parallel)
+
+def trainer_state(config, strategy):
+    """The model compiled by the Trainer's own code (:class:`gnmt_tf.training.state.TrainingState`), the
+    precision its step computes in, and the callbacks ``fit`` keeps its state with."""
+    from gnmt_tf.models.losses import SequenceCrossEntropy
+    from gnmt_tf.models.objectives import MaximumLikelihood
+    from gnmt_tf.training.state import Cluster, TrainingState
+
+    objective = MaximumLikelihood(SequenceCrossEntropy(config.training.label_smoothing))  # what is timed
+    state = TrainingState(config, objective, Cluster.of(strategy))
+    return state.model, state.product_precision, state.callbacks()
+
+
+def pre_state_model(config, strategy):
+    """As :func:`trainer_state`, for a checkout from before gnmt_tf.training.state (a ``--baseline``): its
+    pieces put together as its Trainer did."""
+    from gnmt_tf.models.gnmt import GNMT
+    from gnmt_tf.models.losses import SequenceCrossEntropy
+    from gnmt_tf.training.optimizer import AdamThenSGD
+
+    t = config.training
+    with strategy.scope():
+        model = GNMT(config.model)
         model.build()
         optimizer = AdamThenSGD.from_config_section(config)
         optimizer.build(model.trainable_variables)
-        if scheme == "baseline":  # older code: no jit_compile or weight transform to choose
+        if t.product_precision == "float32":  # older code: no jit_compile or weight transform to choose
             model.compile(optimizer=optimizer, loss=SequenceCrossEntropy())
         else:
             from gnmt_tf.training.precision import training_transform
 
-            model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(), jit_compile=scheme == "xla",
-                          weight_transform=training_transform(
-                              "bfloat16" if scheme in ("bfloat16", "baseline_bfloat16") else "float32", None))
+            model.compile(optimizer=optimizer, loss=SequenceCrossEntropy(),
+                          weight_transform=training_transform(t.product_precision, None))
+    return model, t.product_precision, []
 
-    if args.batches:
-        def dataset_of(chosen):
-            signature = tf.TensorSpec([None, None], tf.int32)
-            return tf.data.Dataset.from_generator(lambda: (((s, i), o) for s, i, o in chosen),
-                                                  output_signature=((signature, signature), signature))
 
-        warmup_data, timed_data = dataset_of(batches[:args.warmup]), dataset_of(batches[args.warmup:])
-        timed = batches[args.warmup:]
-    else:
-        rng = np.random.default_rng(0)
-        fixed = synthetic_batch(np, rng, batch, args.min_length, args.max_length, config.model.vocab_size)
-        warmup_data = timed_data = tf.data.Dataset.from_tensors(((fixed[0], fixed[1]), fixed[2])).repeat()
-        timed = [fixed] * args.steps
+def time_steps(model, warmup_data, timed_data, callbacks, args):
+    """``fit`` over the warm-up steps, then over the timed ones, with ``callbacks``: (the warm-up's seconds,
+    the timed steps' times, their fit history, the traces made during them)."""
+    import tf_keras as keras
 
     class StepTimes(keras.callbacks.Callback):
         """Wall and CPU time of every step. A batch callback also makes fit wait for each step, as the
@@ -249,13 +258,54 @@ def run_worker(args) -> dict:
             self.wall.append(time.perf_counter() - self._started[0])
             self.cpu.append(time.process_time() - self._started[1])
 
-    delta = DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))
     started = time.perf_counter()
-    model.fit(warmup_data, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=[delta, StepTimes()])
+    model.fit(warmup_data, steps_per_epoch=args.warmup, epochs=1, verbose=0, callbacks=[*callbacks, StepTimes()])
     warmup_seconds = time.perf_counter() - started
     times = StepTimes()
     traces_before = model.train_function.experimental_get_tracing_count()
-    history = model.fit(timed_data, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[delta, times])
+    history = model.fit(timed_data, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[*callbacks, times])
+    # A step that traced anew would time tracing: real batches of new shapes after the warm-up
+    # (Keras relaxes the shapes at the second trace, so a few warm-up batches suffice).
+    return warmup_seconds, times, history, model.train_function.experimental_get_tracing_count() - traces_before
+
+
+def run_worker(args) -> dict:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    scheme = args.scheme
+    code = os.path.abspath(args.baseline) if scheme in BASELINE else ROOT
+    sys.path.insert(0, code)
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if scheme not in ONE_DEVICE:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices)
+    from gnmt_tf.config import load_config, parse_overrides
+    from gnmt_tf.training.callbacks import DeltaAnnealing
+    from gnmt_tf.training.schedules import DeltaSchedule
+
+    import gnmt_tf
+
+    if not os.path.abspath(gnmt_tf.__file__).startswith(code + os.sep):
+        raise RuntimeError(f"imported {gnmt_tf.__file__}, not the package in {code}")
+
+    # The baseline parses the overrides with its own code's parser.
+    config = load_config(args.config, parse_overrides(args.overrides))
+    warmup_data, timed_data, timed = step_batches(args, config)
+    devices = [f"/device:CPU:{i}" for i in range(args.devices)]
+    strategy = scheme_strategy(scheme, config, devices)
+    keras.utils.set_random_seed(config.training.seed)
+    if os.path.exists(os.path.join(code, "gnmt_tf", "training", "state.py")):
+        model, precision, state_callbacks = trainer_state(config, strategy)
+    else:
+        model, precision, state_callbacks = pre_state_model(config, strategy)
+
+    delta = DeltaAnnealing(DeltaSchedule.from_config_section(config, timed=False))
+    warmup_seconds, times, history, traces = time_steps(model, warmup_data, timed_data, [delta, *state_callbacks],
+                                                        args)
     # The fixed batch: medians of the steps, as one slow step (another job on the machine) moves them
     # little. Real batches differ, so their sum counts. CPU time is of all this process' threads: less
     # sensitive than wall time to other jobs.
@@ -265,9 +315,6 @@ def run_worker(args) -> dict:
     source_tokens = int(sum((source != 0).sum() for source, _, _ in timed))  # over the timed steps
     target_tokens = int(sum((target_out != 0).sum() for _, _, target_out in timed))
     placement = getattr(model, "placement", None)
-    # A step that traced anew would time tracing: real batches of new shapes after the warm-up
-    # (Keras relaxes the shapes at the second trace, so a few warm-up batches suffice).
-    traces = model.train_function.experimental_get_tracing_count() - traces_before
     return {
         "traces_during_timed_steps": traces,
         "scheme": scheme,
@@ -285,13 +332,43 @@ def run_worker(args) -> dict:
         "cpu_seconds_per_step": round(cpu_seconds / args.steps, 4),
         "source_tokens_per_cpu_second": round(source_tokens / cpu_seconds, 1),
         "loss_after": round(float(history.history["loss"][-1]), 4),
-        "jit_compile": scheme == "xla",
-        "product_precision": "bfloat16" if scheme == "bfloat16" else "float32",
+        "jit_compile": config.training.jit_compile,
+        "product_precision": precision,  # what the step computed in, as the code timed resolved it
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),  # "0": TensorFlow's own kernels
         "source_tokens_per_batch": round(source_tokens / args.steps, 1),  # real batches: their mean
         "target_tokens_per_batch": round(target_tokens / args.steps, 1),
         "parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
     }
+
+
+def result_rows(runs) -> list:
+    """One row per scheme from its rounds (``runs``: scheme -> the workers' answers): its best round, and
+    its ratios to ``default`` and to each older checkout timed."""
+    rows = []
+    for scheme, rounds in runs.items():
+        best = max(rounds, key=lambda r: r["source_tokens_per_second"])
+        rows.append({
+            "scheme": scheme,
+            "source_tokens_per_second": best["source_tokens_per_second"],
+            "seconds_per_step": best["seconds_per_step"],
+            "source_tokens_per_second_rounds": [r["source_tokens_per_second"] for r in rounds],
+            "source_tokens_per_cpu_second": max(r["source_tokens_per_cpu_second"] for r in rounds),
+            "rounds": rounds,
+        })
+    default = next((r for r in rows if r["scheme"] == "default"), None)
+    for row in rows:
+        row["ratio_to_default"] = (
+            round(row["source_tokens_per_second"] / default["source_tokens_per_second"], 3) if default else None
+        )
+        row["cpu_ratio_to_default"] = (
+            round(row["source_tokens_per_cpu_second"] / default["source_tokens_per_cpu_second"], 3) if default else None
+        )
+    for name in BASELINE:  # old against new: the speed-up of each scheme over the older code
+        baseline = next((r for r in rows if r["scheme"] == name), None)
+        for row in rows if baseline else ():
+            row[f"ratio_to_{name}"] = round(
+                row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
+    return rows
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -333,30 +410,7 @@ def main(argv=None) -> int:
             answer["worker"] = info
             runs[scheme].append(answer)
             print(json.dumps(answer), file=sys.stderr, flush=True)
-    rows = []
-    for scheme, rounds in runs.items():
-        best = max(rounds, key=lambda r: r["source_tokens_per_second"])
-        rows.append({
-            "scheme": scheme,
-            "source_tokens_per_second": best["source_tokens_per_second"],
-            "seconds_per_step": best["seconds_per_step"],
-            "source_tokens_per_second_rounds": [r["source_tokens_per_second"] for r in rounds],
-            "source_tokens_per_cpu_second": max(r["source_tokens_per_cpu_second"] for r in rounds),
-            "rounds": rounds,
-        })
-    default = next((r for r in rows if r["scheme"] == "default"), None)
-    for row in rows:
-        row["ratio_to_default"] = (
-            round(row["source_tokens_per_second"] / default["source_tokens_per_second"], 3) if default else None
-        )
-        row["cpu_ratio_to_default"] = (
-            round(row["source_tokens_per_cpu_second"] / default["source_tokens_per_cpu_second"], 3) if default else None
-        )
-    for name in BASELINE:  # old against new: the speed-up of each scheme over the older code
-        baseline = next((r for r in rows if r["scheme"] == name), None)
-        for row in rows if baseline else ():
-            row[f"ratio_to_{name}"] = round(
-                row["source_tokens_per_second"] / baseline["source_tokens_per_second"], 3)
+    rows = result_rows(runs)
     model = config.model
     report = {
         "benchmark": "training throughput (source tokens/s) of the parallel schemes and the one-device levers, "
