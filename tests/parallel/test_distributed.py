@@ -376,18 +376,29 @@ def test_mirrored_on_two_logical_cpus_follows_the_default_strategy(mirrored_comp
     losses_default = np.array([s["loss"] for s in default])
     losses_mirrored = np.array([s["loss"] for s in mirrored])
     np.testing.assert_allclose(losses_mirrored, losses_default, rtol=2e-4)
-    assert losses_default[-1] < losses_default[0] * 0.98  # the model did learn in these steps
+    # The model did learn in these steps: measured 2.69% to 2.71% on every kernel path below (a deterministic
+    # run: the paths move it by 0.02 points); checked at 1%.
+    assert losses_default[-1] < losses_default[0] * 0.99
     # The global batch is split, not repeated per replica: the first replica (whose token
     # count the distributed logs show) sees about half of each batch's target tokens.
     shares = [m["target_tokens"] / d["target_tokens"] for d, m in zip(default, mirrored)]
     assert all(0.3 < share < 0.7 for share in shares), shares
-    # The weights end apart by ~0.08 of their move from the start in float32 (measured: 0.077 with three
-    # layers, 0.085 with two) and by 0.10 in bfloat16, where each replica rounds its half of a recurrent
-    # kernel's gradient product (0.089 while only the forward products were rounded); replicas trained
-    # on other data or not synchronized would end about as far apart as the weights moved.
-    bound = {"float32": 0.1, "bfloat16": 0.15}[precision]
-    assert result["max_weight_difference"] < bound * result["max_weight_change"]
-    # Dev perplexity: Keras evaluate (default) and the chief's one-device copy (mirrored) agree.
+    # The weights end apart by a small fraction of their move from the start (the largest difference over
+    # the largest move): per-replica means and sums in another order in float32, and in bfloat16 each
+    # replica also rounds its half of a recurrent kernel's gradient product. Measured 2026-11-28, this
+    # two-layer model, in the compare child run with each environment:
+    #                                                            float32  bfloat16
+    #   this CPU's kernels (AMX: native bfloat16)                    0.085     0.091
+    #   oneDNN emulating bfloat16 (ONEDNN_MAX_CPU_ISA=AVX512_CORE)   0.085     0.101
+    #   Eigen (TF_ENABLE_ONEDNN_OPTS=0: how TensorFlow multiplies
+    #     bfloat16 on a CPU without AVX-512)                         0.085     0.068
+    #   broken: mirrored trained on other batches (seed 2)           1.73      1.74
+    # (ONEDNN_MAX_CPU_ISA=AVX2 cannot stand for such a CPU's bfloat16: TensorFlow still hands the products
+    # to oneDNN, which has no AVX2 kernel for them and aborts.) One bound for both precisions, 0.3: three
+    # times the largest measured (0.101), a sixth of the broken run's (which the losses above catch first).
+    assert result["max_weight_difference"] < 0.3 * result["max_weight_change"], result
+    # Dev perplexity: Keras evaluate (default) and the chief's one-device copy (mirrored) agree (measured
+    # within 3.4e-4 relative on the paths above; the broken run's 0.12).
     np.testing.assert_allclose(result["dev_perplexity"][1], result["dev_perplexity"][0], rtol=1e-2)
     assert "ckpt-8.index" in result["checkpoints"]
 
