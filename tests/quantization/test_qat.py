@@ -337,20 +337,55 @@ def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
         assert a.read() == b.read()  # the model's own dev split
     assert tf.train.latest_checkpoint(model_files.checkpoint_dir(out_dir)).endswith("ckpt-30")
     assert model_files.read_best_bleu(out_dir) is not None
-    from gnmt_tf.inference.translator import Translator
 
-    assert Translator(model, tokenizer).greedy(["one two three"])[0].text == "un deux trois"
+    # It still translates as the model it was refined from, and its int8 weights (eq. 12 on every LSTM and
+    # softmax kernel) translate as its float ones. References, not fixed texts: the starting model is the
+    # checked fixture (tests/number_model.py: its greedy probes are the task's answers), and which texts a
+    # model trained 30 steps more gets right is a trained outcome. Greedy search follows another model's
+    # output exactly when, teacher-forced on that output, it ranks each chosen wordpiece first: the least
+    # gap (log-prob of the choice minus the runner-up's) says how far each comparison is from failing.
+    # Measured, identical on this CPU's kernels (AVX-512/AMX), oneDNN held to AVX2 and Eigen to 1e-5 (the
+    # fine-tune's products are float32: no bfloat16 path is involved): the refined float model on the
+    # starting model's probe outputs, least gap 3.28 nats (3.27 before the fine-tune: 30 steps moved it by
+    # 0.005); its int8 weights on its float greedy outputs of the probes and 100 held-out sentences, least
+    # gap 0.46 (the float weights' own 0.43; int8 moves a gap by at most 0.10, a quarter of it).
+    from gnmt_tf.inference.translator import Translator
+    from number_model import PROBE_SENTENCES, greedy_gaps
+
+    start, _, _ = model_files.load_model_dir(init_dir)
+    probes = list(PROBE_SENTENCES)
+    start_probes = [t.text for t in Translator(start, init_tokenizer).greedy(probes)]
+    probes_gap = greedy_gaps(model, tokenizer, probes, start_probes).min()
+    assert [t.text for t in Translator(model, tokenizer).greedy(probes)] == start_probes, probes_gap
+    held_out, _ = read_tsv(os.path.join(init_dir, "test.tsv"))
+    sentences = probes + [source for source, _ in held_out]
+    float_outputs = [t.text for t in Translator(model, tokenizer).greedy(sentences)]
+    int8 = FakeQuantizedWeights(model)
+    int8_outputs = [t.text for t in Translator(model, tokenizer, weight_transform=int8).greedy(sentences)]
+    int8_gap = greedy_gaps(model, tokenizer, sentences, float_outputs, weights=WeightReader(int8)).min()
+    assert int8_outputs == float_outputs, int8_gap
+    assert int8_gap > 0, int8_gap  # each choice first in int8 too (and the weights finite: NaN fails this)
 
 
 def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
-    """What QAT is for: the int8 model after the fine-tune is better than before it.
+    """The int8 model after the fine-tune is better than before it, on the pairs it trains on and on
+    held-out ones, and int8 costs it (almost) nothing against its float weights.
 
-    Measured with FakeQuantizedWeights (eq. 12 on every LSTM kernel and the softmax). The fixture
-    model is robust to 8-bit weights already (int8 and float losses agree to ~0.2%), so 30 steps
-    cannot buy much (measured: -0.7% int8 loss on training pairs, -0.1% on held-out ones); the test
-    demands the direction a working fine-tune must give: a lower int8 loss on the pairs it trains
-    on, and on held-out pairs an int8 loss no higher than the starting model's FLOAT loss, i.e. the
-    int8 export of the QAT model loses nothing against the float model it came from.
+    Measured with FakeQuantizedWeights (eq. 12 on every LSTM kernel and the softmax), each figure
+    relative to the same model's own before the fine-tune. The fixture model is robust to 8-bit
+    weights already (int8 and float losses within 0.4% of each other), so 30 steps buy little. Measured
+    (2026-11-28), the same to 1e-6 relative on this CPU's kernels (AVX-512/AMX), oneDNN held to AVX2 and
+    Eigen (the fine-tune's products are float32: no bfloat16 path is involved): int8 loss -0.672% on
+    the training pairs (checked: below -0.2%, a 3.4x margin), -0.597% on held-out pairs (checked: lower
+    at all; the check it replaces, int8 after no higher than the FLOAT loss before, held by 0.91% here
+    and by 0.1% where it was first measured); int8 after within 0.06% of float after (checked: 5%).
+
+    These are what a working fine-tune gives, not what only QAT gives: with its fake quantization
+    removed (the float kernels trained) the same run measured -0.661%, -0.574% and 0.08%, and trained
+    against kernels 10% off their eq. 12 values -0.453%, -1.458% and 0.40%: this model is that robust
+    to its kernels' rounding. What makes it QAT is checked where it shows, eq. 12 in every cell and the
+    straight-through gradient (above). A fine-tune that climbs instead (the straight-through gradient's
+    sign flipped: int8 loss +0.025% on the training pairs) fails here.
     """
     init_dir, out_dir, code, _ = refined_number_model
     assert code == 0
@@ -358,9 +393,9 @@ def test_qat_fine_tune_leaves_a_better_int8_model(refined_number_model):
     held_out, _ = read_tsv(os.path.join(init_dir, "test.tsv"))  # held out from training and the dev split
     before = _float_and_int8_losses(init_dir, train_pairs[:400], held_out)
     after = _float_and_int8_losses(out_dir, train_pairs[:400], held_out)
-    assert after["int8"][0] < before["int8"][0], (before, after)
-    float_before, int8_after, float_after = before["float"][1], after["int8"][1], after["float"][1]
-    assert int8_after <= float_before, (float_before, int8_after)
+    assert after["int8"][0] < (1 - 0.002) * before["int8"][0], (before, after)
+    assert after["int8"][1] < before["int8"][1], (before, after)
+    int8_after, float_after = after["int8"][1], after["float"][1]
     assert abs(int8_after - float_after) < 0.05 * float_after  # int8 costs (almost) nothing
 
 
