@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # TensorFlow is imported where a model, a tokenizer or a chec
 CONFIG_FILE = "config.yaml"
 WORDPIECES_FILE = "wordpieces.txt"
 DEV_FILE = "dev.tsv"
+TEST_FILE = "test.tsv"  # the held-out test split, when training held one out
 SHORTLIST_FILE = "shortlist.npz"
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -143,12 +144,7 @@ def folded(pair: Pair) -> Pair:
 
 def write_dev_split(model_dir: str, pairs: Sequence[Pair]) -> str:
     """Keep the dev split with the model (atomically); :func:`read_dev_split` reads it back."""
-    path = dev_split_path(model_dir)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        for source, target in map(folded, pairs):
-            handle.write(f"{source}\t{target}\n")
-    os.replace(path + ".tmp", path)
-    return path
+    return _write_pairs(dev_split_path(model_dir), pairs)
 
 
 def read_dev_split(model_dir: str) -> List[Pair]:
@@ -158,9 +154,40 @@ def read_dev_split(model_dir: str) -> List[Pair]:
     """
     if not has_dev_split(model_dir):
         raise ModelDirError(f"{model_dir} has no dev split ({DEV_FILE}); python -m gnmt_tf.train writes one")
+    return _read_pairs(model_dir, dev_split_path(model_dir))
+
+
+def test_split_path(model_dir: str) -> str:
+    return os.path.join(model_dir, TEST_FILE)
+
+
+def has_test_split(model_dir: str) -> bool:
+    return os.path.exists(test_split_path(model_dir))
+
+
+def write_test_split(model_dir: str, pairs: Sequence[Pair]) -> str:
+    """Keep the held-out test split with the model (atomically): pairs that chose nothing, for
+    ``gnmt-evaluate --test``; :func:`read_test_split` reads it back."""
+    return _write_pairs(test_split_path(model_dir), pairs)
+
+
+def read_test_split(model_dir: str) -> List[Pair]:
+    """The test split kept with the model; [] when it has none (trained with a --dev of its own)."""
+    return _read_pairs(model_dir, test_split_path(model_dir)) if has_test_split(model_dir) else []
+
+
+def _write_pairs(path: str, pairs: Sequence[Pair]) -> str:
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        for source, target in map(folded, pairs):
+            handle.write(f"{source}\t{target}\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def _read_pairs(model_dir: str, path: str) -> List[Pair]:
     try:
         # No length limit: every pair the writer kept is read back.
-        pairs, _ = read_tsv(dev_split_path(model_dir), max_words=sys.maxsize)
+        pairs, _ = read_tsv(path, max_words=sys.maxsize)
     except DataError as err:
         raise ModelDirError(f"{model_dir}: {err}") from None
     return pairs

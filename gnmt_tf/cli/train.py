@@ -23,6 +23,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import List, NamedTuple, Tuple
 
 from gnmt_tf import model_files
 from gnmt_tf.cli.common import (
@@ -157,17 +158,17 @@ def _run(args) -> int:
     else:
         config = load_config(args.config or DEFAULT_CONFIG, overrides=overrides)
 
-    train_pairs, dev_pairs = _load_data(args, config)
-    tokenizer = _tokenizer(model_dir, config, train_pairs, resuming)
+    data = _load_data(args, config)
+    tokenizer = _tokenizer(model_dir, config, data.train, resuming)
     config.model.vocab_size = tokenizer.vocab_size
     if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
         model_files.save_metadata(model_dir, config, tokenizer)
-        model_files.write_dev_split(model_dir, dev_pairs)
+        _write_held_out(model_dir, data)
 
     from gnmt_tf.training.trainer import Trainer
 
     trainer = Trainer(
-        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args), strategy=strategy
+        config, model_dir, data.train, data.dev, tokenizer, verbose=_verbosity(args), strategy=strategy
     )
     return _train_and_report(trainer, model_dir, _extra_callbacks(args))
 
@@ -260,28 +261,22 @@ def _run_refine(args) -> int:
             f"only model.dropout may be changed for the fine-tune"
         )
 
-    if not args.dev and model_files.has_dev_split(init_dir):  # the model's own dev split: its BLEU stays comparable
-        dev_pairs = model_files.read_dev_split(init_dir)
-        train_pairs = load_training_pairs(args)
-        kept = model_files.without_dev_pairs(train_pairs, dev_pairs)
-        print(f"dev split: the {len(dev_pairs):,} pairs of {model_files.dev_split_path(init_dir)}; "
-              f"{len(train_pairs) - len(kept):,} training pairs found in it are left out")
-        train_pairs = kept
-        print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
+    if not args.dev and model_files.has_dev_split(init_dir):  # the model's own splits: its BLEU stays comparable
+        data = _held_out_of(init_dir, load_training_pairs(args))
     else:
-        train_pairs, dev_pairs = _load_data(args, config)
+        data = _load_data(args, config)
     if not args.train:
         print(f"note: fine-tuning on the built-in data (no --train given); if {init_dir} was trained "
               f"on other data, pass that with --train")
     if _is_chief(strategy):
         model_files.save_metadata(model_dir, config, tokenizer)
-        model_files.write_dev_split(model_dir, dev_pairs)
+        _write_held_out(model_dir, data)
 
     from gnmt_tf.training.trainer import Trainer
 
     print(_describe_refinement(args.refine, config, init_checkpoint))
     trainer = Trainer(
-        config, model_dir, train_pairs, dev_pairs, tokenizer, verbose=_verbosity(args),
+        config, model_dir, data.train, data.dev, tokenizer, verbose=_verbosity(args),
         init_checkpoint=init_checkpoint, strategy=strategy,
     )
     return _train_and_report(trainer, model_dir, _extra_callbacks(args))
@@ -313,11 +308,23 @@ def _train_and_report(trainer, model_dir, callbacks) -> int:
         source, reference = " ".join(source.split()), " ".join(reference.split())  # catalog strings hold newlines
         print(f"  source:      {source}\n  reference:   {reference}\n  translation: {translation}\n")
     print(f"model directory: {model_dir} (config.yaml, wordpieces.txt, checkpoints/, best/, logs/)")
+    if model_files.has_test_split(model_dir):
+        print(f"held-out test split: python -m gnmt_tf.evaluate --model-dir {model_dir} "
+              f"--test {model_files.test_split_path(model_dir)}")
     return 0
 
 
-def _load_data(args, config):
-    from gnmt_tf.data import read_parallel, split_dev
+class HeldOutData(NamedTuple):
+    """The pairs of a run: those it trains on, its dev split, and its test split ([] when the run was given
+    a --dev of its own: the user then holds their own test set)."""
+
+    train: List[Tuple[str, str]]
+    dev: List[Tuple[str, str]]
+    test: List[Tuple[str, str]]
+
+
+def _load_data(args, config) -> HeldOutData:
+    from gnmt_tf.data import DataError, read_parallel, split_held_out
 
     d = config.data
     train_pairs = load_training_pairs(args)
@@ -325,11 +332,35 @@ def _load_data(args, config):
         dev_pairs, report = read_parallel(args.dev, split="validation", source_lang=args.source_lang,
                                           target_lang=args.target_lang)
         print(report.summary())
+        data = HeldOutData(train_pairs, dev_pairs, [])
     else:
-        train_pairs, dev_pairs = split_dev(train_pairs, d.dev_fraction, d.dev_max_pairs, config.training.seed)
-        print(f"held out {len(dev_pairs):,} pairs as the dev split (data.dev_fraction, data.dev_max_pairs)")
-    print(f"training on {len(train_pairs):,} pairs, evaluating on {len(dev_pairs):,}")
-    return train_pairs, dev_pairs
+        data = HeldOutData(*split_held_out(train_pairs, d.dev_fraction, d.dev_max_pairs, d.test_fraction,
+                                           d.test_max_pairs, config.training.seed))
+        print(f"held out {len(data.dev):,} pairs as the dev split (data.dev_fraction, data.dev_max_pairs) and "
+              f"{len(data.test):,} as the test split, which nothing in training reads (data.test_fraction, "
+              f"data.test_max_pairs)")
+        if not data.train or not data.dev:
+            raise DataError(f"{len(train_pairs):,} pairs are too few to hold out a dev and a test split from: "
+                            f"give more pairs, or a dev set of your own with --dev")
+    print(f"training on {len(data.train):,} pairs, evaluating on {len(data.dev):,}")
+    return data
+
+
+def _held_out_of(init_dir: str, train_pairs) -> HeldOutData:
+    """A fine-tune's pairs: the dev and test splits of the model it starts from, none of them trained on."""
+    dev, test = model_files.read_dev_split(init_dir), model_files.read_test_split(init_dir)
+    kept = model_files.without_dev_pairs(train_pairs, dev + test)
+    print(f"dev split: the {len(dev):,} pairs of {model_files.dev_split_path(init_dir)}"
+          + (f", test split: the {len(test):,} of {model_files.test_split_path(init_dir)}" if test else "")
+          + f"; {len(train_pairs) - len(kept):,} training pairs found in them are left out")
+    print(f"training on {len(kept):,} pairs, evaluating on {len(dev):,}")
+    return HeldOutData(kept, dev, test)
+
+
+def _write_held_out(model_dir: str, data: HeldOutData) -> None:
+    model_files.write_dev_split(model_dir, data.dev)
+    if data.test:
+        model_files.write_test_split(model_dir, data.test)
 
 
 def _tokenizer(model_dir, config, train_pairs, resuming):
