@@ -315,14 +315,15 @@ def refined_number_model(trained_number_model, tmp_path_factory):
 def test_cli_refine_qat_writes_a_normal_model_directory(refined_number_model):
     init_dir, out_dir, code, output = refined_number_model
     assert code == 0
-    # It evaluates on the model's dev split and leaves out of training the training pairs found in it (the
-    # fixture's short sentences recur in both: about half of its dev pairs are training pairs).
+    # It evaluates on the model's dev split and leaves out of training the training pairs found in its dev
+    # and test splits (the fixture's short sentences recur: about half of its dev pairs are training pairs).
     dev_pairs = model_files.read_dev_split(init_dir)
-    held_out = {model_files.folded(pair) for pair in dev_pairs}
+    held_out = {model_files.folded(pair) for pair in dev_pairs + model_files.read_test_split(init_dir)}
     train_pairs, _ = read_tsv(os.path.join(os.path.dirname(init_dir), "train.tsv"))
     left_out = sum(model_files.folded(pair) in held_out for pair in train_pairs)
     assert left_out > 0  # a real overlap, so that this checks something
-    assert f"{left_out:,} training pairs found in it are left out" in output
+    assert f"{left_out:,} training pairs found in them are left out" in output
+    assert model_files.read_test_split(out_dir) == model_files.read_test_split(init_dir)
     assert f"training on {len(train_pairs) - left_out:,} pairs, evaluating on {len(dev_pairs):,}" in output
     model, tokenizer, config = model_files.load_model_dir(out_dir)  # a plain GNMT restores it
     init_config, init_tokenizer = model_files.load_metadata(init_dir)
