@@ -57,15 +57,15 @@ DRIVER = textwrap.dedent(
         weights_file = os.environ.get("GNMT_TEST_WEIGHTS")
         start_file = os.environ.get("GNMT_TEST_START_WEIGHTS")
         if pause or weights_file or start_file:  # not for a command that fails before training (tpu)
-            from gnmt_tf.training import trainer as training
+            from gnmt_tf.training import callbacks, trainer as training
         if pause:  # slow steps, so that the test can kill a worker mid-run
-            step_end = training.RunControl.on_train_batch_end
+            step_end = callbacks.RunControl.on_train_batch_end
 
             def slowed(self, batch, logs=None):
                 time.sleep(pause)
                 return step_end(self, batch, logs)
 
-            training.RunControl.on_train_batch_end = slowed
+            callbacks.RunControl.on_train_batch_end = slowed
         if weights_file or start_file:
             train = training.Trainer.train
 
