@@ -34,8 +34,8 @@ from helpers import ROOT, SHALLOW_CLI_ARGS, number_word_pairs
 TESTS = os.path.join(ROOT, "tests")
 CHILD_SECONDS = 240  # the watchdog: no child outlives this
 
-# Runs in each child: arms the watchdog, then either the real CLI (optionally slowed down, and
-# saving the final weights for comparison) or the mirrored/default comparison.
+# Runs in each child: arms the watchdog, then either the real CLI (optionally saving the weights it
+# starts from and ends with, for comparison) or the mirrored/default comparison.
 DRIVER = textwrap.dedent(
     """
     import json, os, sys, threading, time
@@ -53,19 +53,10 @@ DRIVER = textwrap.dedent(
     if sys.argv[1] == "cli":
         from gnmt_tf.cli.train import main
 
-        pause = float(os.environ.get("GNMT_TEST_STEP_SECONDS", "0"))
         weights_file = os.environ.get("GNMT_TEST_WEIGHTS")
         start_file = os.environ.get("GNMT_TEST_START_WEIGHTS")
-        if pause or weights_file or start_file:  # not for a command that fails before training (tpu)
-            from gnmt_tf.training import callbacks, trainer as training
-        if pause:  # slow steps, so that the test can kill a worker mid-run
-            step_end = callbacks.RunControl.on_train_batch_end
-
-            def slowed(self, batch, logs=None):
-                time.sleep(pause)
-                return step_end(self, batch, logs)
-
-            callbacks.RunControl.on_train_batch_end = slowed
+        if weights_file or start_file:  # not for a command that fails before training (tpu)
+            from gnmt_tf.training import trainer as training
         if weights_file or start_file:
             train = training.Trainer.train
 
@@ -415,24 +406,30 @@ def test_multi_worker_trains_agrees_and_survives_a_killed_worker(tmp_path, child
     argv = _driver(tmp_path) + ["cli", "--strategy", "multi_worker", "--model-dir", str(model_dir),
                                 *_data_files(tmp_path), *TINY, "--max-steps", "16"]
 
-    def start_cluster(run, **extra):
+    def start_cluster(run, *args, **extra):
         return [
-            children(argv, _env(TF_CONFIG=_tf_config(cluster, "worker", i), **{
-                key: value.format(i=i) for key, value in extra.items()}), tmp_path / f"{run}-worker{i}.log")
+            children(argv + [arg.format(i=i) for arg in args],
+                     _env(TF_CONFIG=_tf_config(cluster, "worker", i),
+                          **{key: value.format(i=i) for key, value in extra.items()}),
+                     tmp_path / f"{run}-worker{i}.log")
             for i in range(2)
         ]
 
-    # Run 1, slowed down; worker 1 is killed once the chief has written a checkpoint.
-    first = start_cluster("first", GNMT_TEST_STEP_SECONDS="0.4")
+    # Run 1: both workers hold after step 8 and its checkpoint (--pause-after-step: an event, not a time,
+    # whatever the machine's speed); worker 1 is killed there and worker 0 let go on.
+    holds = [tmp_path / f"hold{i}" for i in range(2)]
+    first = start_cluster("first", "--pause-after-step", "8", str(tmp_path / "hold{i}"))
     index = model_dir / "checkpoints" / "checkpoint"
-    deadline = time.monotonic() + CHILD_SECONDS
-    while not index.exists():
+    deadline = time.monotonic() + CHILD_SECONDS  # a watchdog: the workers' own ends them by then
+    while not all(hold.exists() for hold in holds):
         assert all(p.poll() is None for p in first), [_log(p)[-2000:] for p in first]
-        assert time.monotonic() < deadline, "no checkpoint was written"
-        time.sleep(0.2)
+        assert time.monotonic() < deadline, "the workers did not reach step 8"
+        time.sleep(0.05)
     for port in ports:  # TensorFlow's gRPC server binds every interface, whatever TF_CONFIG's host
         assert _listening_addresses(port) & {"00000000", "00000000000000000000000000000000"}, port
     first[1].send_signal(signal.SIGKILL)
+    assert _wait(first[1], 30) == -signal.SIGKILL
+    holds[0].unlink()
     # The survivor notices at its next all-reduce (the peer's port refuses) and exits by itself.
     started = time.monotonic()
     assert _wait(first[0], 120) == 3, _log(first[0])[-3000:]
@@ -441,7 +438,7 @@ def test_multi_worker_trains_agrees_and_survives_a_killed_worker(tmp_path, child
     assert "error: lost contact with another task of the cluster" in survivor
     assert "Restart every task with the same command" in survivor
     killed_at = int(re.findall(r"ckpt-(\d+)", (index.read_text()))[0])
-    assert 4 <= killed_at < 16
+    assert killed_at == 8
 
     # Run 2: the whole cluster restarted with the same commands resumes and finishes.
     second = start_cluster("second", GNMT_TEST_WEIGHTS=str(tmp_path / "weights{i}.npz"))
