@@ -37,13 +37,17 @@ def add_arguments(parser) -> None:
     common.add_plot_attention_argument(parser, "each line's best translation")
 
 
+def _lines(count: int) -> str:
+    return f"{count:,} line" if count == 1 else f"{count:,} lines"
+
+
 def translate(args) -> int:
     if args.plot_attention:
         os.makedirs(args.plot_attention, exist_ok=True)
     translator, _, _ = common.load_translator(args)
     with common.open_input(args) as source, open_output(args.output) as target:
         count = translate_stream(translator, source, target, args)
-    print(f"translated {count:,} lines", file=sys.stderr)
+    print(f"translated {_lines(count)}", file=sys.stderr)
     return 0
 
 
@@ -80,7 +84,7 @@ def translate_stream(translator, source, target, args) -> int:
         common.warn_truncated(results, translator.max_input_length)
         count += len(lines)
         rate = count / max(time.monotonic() - started, 1e-9)
-        print(f"translated {count:,} lines ({rate:.1f} lines/s)", file=sys.stderr, flush=True)
+        print(f"translated {_lines(count)} ({rate:.1f} lines/s)", file=sys.stderr, flush=True)
         chunk.clear()
 
     for line in source:

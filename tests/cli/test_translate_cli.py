@@ -187,3 +187,9 @@ def test_encoding_errors_replace_reads_undecodable_bytes_as_u_fffd(trained_numbe
     replacing, of_replaced = outputs_replacing_and_of_replaced(main, model_dir, tmp_path, NOT_UTF8,
                                                                "one two\nthree \ufffd four\nfive\n")
     assert replacing == of_replaced and len(replacing) == 3 and replacing[2] == "cinq"
+
+
+def test_the_count_of_translated_lines_is_worded_for_one_and_for_many():
+    from gnmt_tf.cli.translate import _lines
+
+    assert (_lines(1), _lines(0), _lines(1234)) == ("1 line", "0 lines", "1,234 lines")
