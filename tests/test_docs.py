@@ -125,7 +125,7 @@ FRAGMENTS = {
 PARSE_ONLY = {
     "pytest -q": "the test suite itself: test_the_readme_test_command_collects_the_suite collects it",
     "gnmt_tf.train": "trains the small config on the gettext catalogs for ten minutes",
-    "gnmt_tf.train --config tiny --set model.vocab_size=1000 --max-steps 100":
+    "gnmt_tf.train --config tiny --set model.vocab_size=1000 --max-steps 100 --model-dir runs/smoke":
         "the README's smoke run: two minutes of reading the gettext catalogs and training; tests/cli/test_train_cli.py "
         "runs the command on a small TSV",
     "gnmt_tf.train --target-lang de": "trains the small config on the gettext catalogs for ten minutes",
