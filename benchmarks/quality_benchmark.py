@@ -25,8 +25,9 @@ runner saves every ``SAVE_EVERY`` steps: the steps trained after it are recorded
 (sacrebleu) on the whole split and on its sentences of 12 source words or more.
 
 The summary picks, per system, the setting with the best mean dev BLEU, and reports that setting's
-test BLEU: the mean over runs with the lowest and highest run. A lead counts only when every run of
-one system scored above every run of the other on test; otherwise it is "no difference".
+test BLEU: the mean over runs with the lowest and highest run (a single run: its 95% bootstrap
+interval over the test sentences instead, which leaves the noise of training out). A lead counts only
+when one system's spread lies wholly above the other's; otherwise it is "no difference".
 """
 
 from __future__ import annotations
@@ -135,7 +136,27 @@ def score(hypotheses: Sequence[str], pairs: Sequence[Pair]) -> Dict:
                 "ratio": round(result.sys_len / max(result.ref_len, 1), 3)}
 
     long = [i for i, (source, _) in enumerate(pairs) if len(source.split()) >= LONG_WORDS]
-    return {"whole": part(list(range(len(pairs)))), "long": part(long)}
+    whole = part(list(range(len(pairs))))
+    if whole:
+        whole["bleu_95"] = bootstrap_interval(hypotheses, [target for _, target in pairs])
+    return {"whole": whole, "long": part(long)}
+
+
+def bootstrap_interval(hypotheses: Sequence[str], references: Sequence[str], resamples: int = 1000,
+                       seed: int = 0) -> List[float]:
+    """The 2.5th and 97.5th percentiles of corpus BLEU over ``resamples`` resamplings of the sentences
+    (Koehn 2004): the noise of scoring on this many sentences, for a system run once."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU()
+    # sacrebleu's own per-sentence sufficient statistics (what its paired bootstrap resamples): summed
+    # over a resample, they give that resample's corpus BLEU.
+    stats = np.array(bleu._extract_corpus_statistics(list(hypotheses), [list(references)]))
+    rng = np.random.default_rng(seed)
+    scores = [bleu._compute_score_from_stats(list(stats[rng.integers(0, len(stats), len(stats))].sum(axis=0))).score
+              for _ in range(resamples)]
+    return [round(float(np.percentile(scores, 2.5)), 2), round(float(np.percentile(scores, 97.5)), 2)]
 
 
 def thread_env(threads: int) -> Dict[str, str]:
@@ -257,20 +278,28 @@ def summary(runs: Sequence[Dict]) -> Dict:
         by_setting = {label: [run for run in mine if run["setting"] == label]
                       for label in dict.fromkeys(run["setting"] for run in mine)}
         best = max(by_setting, key=lambda label: statistics.mean(_bleu(run, "dev") for run in by_setting[label]))
-        tests = [_bleu(run, "test") for run in by_setting[best]]
-        chosen[system] = {"setting": best, "runs": len(tests), "test_bleu_mean": round(statistics.mean(tests), 2),
-                          "test_bleu_lowest": min(tests), "test_bleu_highest": max(tests),
+        chosen[system] = {"setting": best, **_test_figure(by_setting[best]),
                           "dev_bleu_mean": round(statistics.mean(_bleu(run, "dev") for run in by_setting[best]), 2)}
     leads = {peer: lead(chosen["ours"], chosen[peer]) for peer in chosen if peer != "ours" and "ours" in chosen}
     return {"chosen_on_dev": chosen, "ours_against": leads}
 
 
+def _test_figure(runs: Sequence[Dict]) -> Dict:
+    """A setting's test BLEU: the mean of its runs, with their lowest and highest; for a single run, its
+    bootstrap interval stands for the spread."""
+    tests = [_bleu(run, "test") for run in runs]
+    low, high = (min(tests), max(tests)) if len(tests) > 1 else runs[0]["test"]["beam"]["whole"]["bleu_95"]
+    return {"runs": len(tests), "test_bleu_mean": round(statistics.mean(tests), 2), "test_bleu_lowest": low,
+            "test_bleu_highest": high, "spread": "runs" if len(tests) > 1 else "bootstrap 95%"}
+
+
 def lead(ours: Dict, peer: Dict) -> str:
-    """Ours' lead on test, or "no difference" when the two systems' runs overlap."""
+    """Ours' lead on test, or "no difference" when the two systems' spreads (runs, or one run's bootstrap
+    interval) overlap."""
     difference = round(ours["test_bleu_mean"] - peer["test_bleu_mean"], 2)
     if ours["test_bleu_lowest"] > peer["test_bleu_highest"] or peer["test_bleu_lowest"] > ours["test_bleu_highest"]:
         return f"{difference:+.2f} BLEU"
-    return f"no difference ({difference:+.2f} BLEU, inside the runs' spread)"
+    return f"no difference ({difference:+.2f} BLEU, inside the spread)"
 
 
 def _bleu(run: Dict, split: str) -> float:
@@ -281,11 +310,12 @@ def print_summary(runs: Sequence[Dict]) -> None:
     result = summary(runs)
     print(f"sitting {runs[0]['sitting']}, {runs[0]['minutes']:g} minutes, {runs[0]['threads']} thread(s), "
           f"{runs[0]['cpu'].get('model')}, data: {runs[0]['data']}")
-    print("| system | setting (chosen on dev) | runs | dev BLEU | test BLEU: mean (lowest-highest) |")
+    print("| system | setting (chosen on dev) | runs | dev BLEU | test BLEU: mean (spread) |")
     print("|---|---|---|---|---|")
     for system, value in result["chosen_on_dev"].items():
         print(f"| {system} | {value['setting']} | {value['runs']} | {value['dev_bleu_mean']} | "
-              f"{value['test_bleu_mean']} ({value['test_bleu_lowest']}-{value['test_bleu_highest']}) |")
+              f"{value['test_bleu_mean']} ({value['test_bleu_lowest']}-{value['test_bleu_highest']}, "
+              f"{value['spread']}) |")
     for peer, text in result["ours_against"].items():
         print(f"ours against {peer}: {text}")
 
@@ -301,7 +331,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10, help="training minutes of every run")
-    parser.add_argument("--runs", type=int, default=2, help="runs of every setting (at least 2: the noise)")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="runs of every setting (2 or more measure the noise; a single run's spread is its "
+                             "bootstrap interval, which leaves out the noise of training)")
     parser.add_argument("--threads", type=int, default=2, help="TensorFlow / PyTorch threads of every system")
     for system in SYSTEMS:
         parser.add_argument(f"--{system}", action="append", default=[], metavar="LABEL[:KEY=VALUE,...]",
@@ -324,8 +356,8 @@ def main(argv=None) -> int:
         check_equal_effort(trials)
     except ValueError as err:
         parser.error(str(err))
-    if not trials or args.runs < 2:
-        parser.error("give at least one setting (--ours, --lstm, --transformer) and --runs 2 or more")
+    if not trials or args.runs < 1:
+        parser.error("give at least one setting (--ours, --lstm, --transformer) and --runs 1 or more")
     data_name = os.path.basename(args.pairs) if args.pairs else "built-in en->fr gettext catalogs"
     splits = write_splits(os.path.join(args.workdir, "splits", re.sub(r"\W+", "-", data_name)), args.pairs)
     sitting_id = sitting(trials, args.runs, args.minutes, args.threads, splits, args.workdir, args.output, data_name)

@@ -31,8 +31,8 @@ def test_every_system_gets_as_many_settings_and_the_sitting_alternates_them(tool
         tool.check_equal_effort(order[:3])
 
 
-def _run(system, setting, dev, test, run=1):
-    scores = lambda bleu: {"beam": {"whole": {"bleu": bleu}}}  # noqa: E731
+def _run(system, setting, dev, test, run=1, interval=None):
+    scores = lambda bleu: {"beam": {"whole": {"bleu": bleu, "bleu_95": interval}}}  # noqa: E731
     return {"system": system, "setting": setting, "run": run, "dev": scores(dev), "test": scores(test)}
 
 
@@ -54,6 +54,27 @@ def test_overlapping_runs_are_no_difference(tool):
     runs = [_run("ours", "a", 40.0, 25.0), _run("ours", "a", 40.0, 21.0, run=2),
             _run("lstm", "x", 30.0, 22.0), _run("lstm", "x", 30.0, 23.0, run=2)]
     assert tool.summary(runs)["ours_against"]["lstm"].startswith("no difference (+0.50 BLEU")
+
+
+def test_a_single_run_is_judged_by_its_bootstrap_interval(tool):
+    apart = [_run("ours", "a", 40.0, 30.0, interval=[28.5, 31.5]), _run("lstm", "x", 30.0, 25.0, interval=[23.0, 27.0])]
+    assert tool.summary(apart)["ours_against"]["lstm"] == "+5.00 BLEU"
+    assert tool.summary(apart)["chosen_on_dev"]["ours"]["spread"] == "bootstrap 95%"
+    close = [_run("ours", "a", 40.0, 30.0, interval=[28.0, 32.0]), _run("lstm", "x", 30.0, 29.0, interval=[27.0, 31.0])]
+    assert tool.summary(close)["ours_against"]["lstm"].startswith("no difference")
+
+
+def test_the_bootstrap_interval_holds_the_corpus_bleu_and_narrows_with_more_sentences(tool):
+    from sacrebleu.metrics import BLEU
+
+    references = [f"le chat {i} est sur le tapis rouge" for i in range(400)]
+    hypotheses = [ref if i % 3 else f"un chien {i} dort" for i, ref in enumerate(references)]
+    low, high = tool.bootstrap_interval(hypotheses, references, resamples=300)
+    corpus = BLEU().corpus_score(hypotheses, [references]).score
+    assert low < corpus < high
+    small_low, small_high = tool.bootstrap_interval(hypotheses[:40], references[:40], resamples=300)
+    assert small_high - small_low > high - low
+    assert tool.bootstrap_interval(references, references, resamples=50) == [100.0, 100.0]
 
 
 def test_the_splits_are_the_trainers_three_way_split_of_the_pairs(tool, tmp_path):
