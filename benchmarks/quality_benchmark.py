@@ -261,8 +261,9 @@ def sitting(trials: Sequence[Trial], runs: int, minutes: float, threads: int, sp
             print(f"[{time.strftime('%H:%M')}] run {run}/{runs}, {trial.system} {trial.label} "
                   f"({number}/{len(trials)}): {minutes:g} minutes", file=sys.stderr, flush=True)
             run_dir = os.path.join(workdir, f"{started.replace(':', '')}-{trial.system}-{trial.label}-{run}")
+            date = time.strftime("%Y-%m-%dT%H:%M:%S")  # when this run started
             scored = (run_ours if trial.system == "ours" else run_peer)(trial, run_dir, minutes, threads, splits)
-            record(output, {**common, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "system": trial.system,
+            record(output, {**common, "date": date, "system": trial.system,
                             "setting": trial.label, "settings": trial.settings, "run": run, **scored},
                    "quality_benchmark", long_sentences=f">= {LONG_WORDS} source words")
     return started

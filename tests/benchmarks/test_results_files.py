@@ -17,9 +17,6 @@ from helpers import ROOT, load_benchmark
 
 RESULTS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "results", "*.json")))
 SITTING = ("date", "commit", "cpu", "command")
-# quality.json was a list of runs before the others, in its own schema: each run has its sitting's date or
-# id, and only the newer ones the CPU; its runs keep the fields they were recorded with.
-OWN_SCHEMA = {"quality.json"}
 
 
 @pytest.fixture
@@ -105,8 +102,6 @@ def test_every_results_file_is_a_list_of_runs_with_their_sitting(path):
         results = json.load(handle)
     assert isinstance(results, dict) and isinstance(results.get("runs"), list) and results["runs"]
     assert os.path.exists(script(results["benchmark"])), "the benchmark is the script that writes the file"
-    if os.path.basename(path) in OWN_SCHEMA:
-        return
     for number, run in enumerate(results["runs"]):
         where = f"runs[{number}]"
         assert set(SITTING) <= set(run), where
