@@ -164,7 +164,9 @@ class TranslatorModule(tf.Module):
                            else ShapeBuckets())
         self.target_input_rows = None  # token ids -> precomputed rows, when precomputed
         if precompute_target_inputs:
-            self.target_input_rows = transform.stored_rows(model.target_input_table(self.weights))
+            # One table per model (a tuple of them for an ensemble, gnmt_tf.models.ensemble).
+            self.target_input_rows = tf.nest.map_structure(transform.stored_rows,
+                                                           model.target_input_table(self.weights))
         self.tokenizer = tokenizer
         object.__setattr__(self, "decoding", decoding)
         self.beam_width = decoding.beam_width

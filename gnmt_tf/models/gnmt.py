@@ -350,6 +350,10 @@ class GNMT(keras.Model):
         refs = {v.ref() for v in wanted if v is not None}
         return [w for w in self.weights if w.ref() in refs]
 
+    def embedding_tables(self) -> List[tf.Variable]:
+        """The source and target embedding tables (what int8 inference stores per token row)."""
+        return [self.source_embedding.embeddings, self.target_embedding.embeddings]
+
     # ------------------------------------------------------------------ delta (eq. 10)
     def set_clip_delta(self, value: float) -> None:
         """Set delta for every cell state and residual sum (8.0 -> 1.0 in training, 1.0 at inference)."""

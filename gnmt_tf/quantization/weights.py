@@ -76,8 +76,7 @@ class Int8Weights(WeightTransform, tf.Module):
         for kernel in quantization.quantized_kernel_variables(model):
             parts = quantization.quantize(kernel, method, axis=0, **options)
             self._kernels[kernel.ref()] = self._store(kernel, parts, ("q", "scale", "offset"))
-        for layer in (model.source_embedding, model.target_embedding):
-            table = layer.embeddings
+        for table in model.embedding_tables():
             codes, scales = quantization.quantize_per_output_unit(table, axis=1)  # one scale per token row
             self._embeddings[table.ref()] = self._store(table, (codes, scales), ("q", "scale"))
         object.__setattr__(self, "_float_variables", list(model.variables))
