@@ -303,6 +303,26 @@ def find_checkpoint(model_dir: str, which: str = "best") -> Optional[str]:
     return None
 
 
+def newest_checkpoints(model_dir: str, count: int, flag: str = "--last") -> List[str]:
+    """The paths of the newest ``count`` checkpoints in ``model_dir/checkpoints/``, oldest first
+    (``flag``: the option that asked for them, named in the errors)."""
+    import tensorflow as tf
+
+    if count < 1:
+        raise ModelDirError(f"{flag} must be at least 1, got {count}")
+    directory = checkpoint_dir(model_dir)
+    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if not paths:
+        raise ModelDirError(f"{model_dir} has no checkpoints (looked in {directory})")
+    if len(paths) < count:
+        raise ModelDirError(
+            f"{model_dir} keeps {len(paths)} checkpoint(s), fewer than {flag} {count}; use fewer, or "
+            f"keep more while training (training.keep_checkpoints)"
+        )
+    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths[-count:]]
+
+
 def anneal_finished(trained_delta: float, final_delta: float) -> bool:
     """Whether a checkpoint trained at ``trained_delta`` had reached the final delta (float32 slack)."""
     return trained_delta <= final_delta * (1 + 1e-6)
@@ -341,11 +361,53 @@ def load_model_dir(
                 f"gnmt_tf.cli.average --model-dir {model_dir} first)"
             )
         raise ModelDirError(f"{model_dir} has no checkpoint yet (looked in {CHECKPOINT_DIR}/ and {BEST_DIR}/)")
+    return load_checkpoint(config, path, warn), tokenizer, config
+
+
+def load_checkpoint(config: GNMTConfig, path: str, warn: Callable[[str], None] = _warn) -> "GNMT":
+    """The model of ``config`` with the weights of the checkpoint at ``path``, at the delta it was trained
+    at (``warn`` is told when that is not the config's final delta)."""
     model = build_model(config, path)
     message = unfinished_anneal_message(path, model_delta(model), config.model.clip_delta)
     if message:
         warn(message)
-    return model, tokenizer, config
+    return model
+
+
+class LoadedModel(NamedTuple):
+    """A model read from a model directory (:func:`load_models`)."""
+
+    model: "GNMT"
+    tokenizer: "WordpieceTokenizer"
+    config: GNMTConfig
+    checkpoint: str  # the checkpoint's path
+
+
+def load_models(model_dirs: Sequence[str], checkpoints: Sequence[str],
+                warn: Callable[[str], None] = _warn) -> List[LoadedModel]:
+    """The models of an ensemble: ``model_dirs[i]`` at ``checkpoints[i]`` ("best", "latest", "averaged",
+    or a checkpoint path such as :func:`newest_checkpoints` gives). Every directory must hold the first
+    one's wordpiece vocabulary (one tokenizer translates for all of them)."""
+    if len(model_dirs) != len(checkpoints):
+        raise ValueError(f"{len(model_dirs)} model directories but {len(checkpoints)} checkpoints")
+    loaded = []
+    for model_dir, which in zip(model_dirs, checkpoints):
+        if which in CHECKPOINT_CHOICES:
+            model, tokenizer, config = load_model_dir(model_dir, which, warn)
+            path = find_checkpoint(model_dir, which)
+        else:
+            config, tokenizer = load_metadata(model_dir)
+            model, path = load_checkpoint(config, which, warn), which
+        if loaded and _wordpieces(model_dir) != _wordpieces(model_dirs[0]):
+            raise ModelDirError(f"{model_dirs[0]} and {model_dir} cannot translate as one ensemble: their "
+                                f"wordpiece vocabularies ({WORDPIECES_FILE}) differ")
+        loaded.append(LoadedModel(model, tokenizer, config, path))
+    return loaded
+
+
+def _wordpieces(model_dir: str) -> bytes:
+    with open(wordpieces_path(model_dir), "rb") as handle:
+        return handle.read()
 
 
 def build_model(config: GNMTConfig, checkpoint: Optional[str] = None) -> "GNMT":

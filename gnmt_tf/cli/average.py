@@ -22,23 +22,9 @@ from gnmt_tf.cli.scaffold import Command
 
 def checkpoints_to_average(model_dir: str, last: int) -> List[str]:
     """The newest ``last`` checkpoint paths of ``model_dir``, oldest first."""
-    import tensorflow as tf
-
     from gnmt_tf import model_files
 
-    if last < 1:
-        raise model_files.ModelDirError(f"--last must be at least 1, got {last}")
-    directory = model_files.checkpoint_dir(model_dir)
-    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
-    paths = list(state.all_model_checkpoint_paths) if state else []
-    if not paths:
-        raise model_files.ModelDirError(f"{model_dir} has no checkpoints to average (looked in {directory})")
-    if len(paths) < last:
-        raise model_files.ModelDirError(
-            f"{model_dir} keeps {len(paths)} checkpoint(s), fewer than --last {last}; average fewer, or "
-            f"keep more while training (training.keep_checkpoints)"
-        )
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths[-last:]]
+    return model_files.newest_checkpoints(model_dir, last, flag="--last")
 
 
 def average_checkpoints(model_dir: str, last: int, log: Callable[[str], None] = print) -> Tuple[str, List[str]]:

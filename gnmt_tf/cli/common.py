@@ -128,8 +128,7 @@ def add_translator_arguments(parser: argparse.ArgumentParser, search: bool = Tru
     model and checkpoint, how sentences are batched and truncated, and eq. 14's alpha and beta; with
     ``search`` also the beam width, the pruning margin and the shortlist (defaults: the model's config)."""
     model = parser.add_argument_group("model and batching")
-    add_model_dir_argument(model)
-    add_checkpoint_argument(model)
+    add_ensemble_arguments(model)
     model.add_argument("--batch-size", type=positive_int, default=32,
                        help="sentences decoded together in one batch, grouped by length (default: 32)")
     model.add_argument(
@@ -150,6 +149,45 @@ def add_translator_arguments(parser: argparse.ArgumentParser, search: bool = Tru
     if search:
         add_shortlist_argument(decoding, "default: decoding.use_shortlist of the model's config, when its "
                                          "directory has a shortlist")
+
+
+ENSEMBLE_RULES = ("mean_log_probs", "mean_probs")  # gnmt_tf.models.ensemble.COMBINATIONS, without importing TF
+
+
+def add_ensemble_arguments(group) -> None:
+    """``--model-dir`` and ``--checkpoint``, each repeatable: several models translate as one ensemble
+    (section 8.6); ``--last-checkpoints``, ``--ensemble-rule``."""
+    group.add_argument("--model-dir", required=True, action="append", metavar="DIR",
+                       help=MODEL_DIR_HELP + "; give it again for an ensemble of several models, which share "
+                       "one vocabulary (the first directory's config, vocabulary and shortlist are used)")
+    group.add_argument(
+        "--checkpoint", choices=CHECKPOINT_CHOICES, action="append", default=None,
+        help="which checkpoint of the model directory: best by dev BLEU (default), the latest, or the "
+        "average of the last ones that gnmt-average writes; once for every --model-dir, or once per --model-dir",
+    )
+    group.add_argument("--last-checkpoints", type=positive_int, default=None, metavar="K",
+                       help="an ensemble of the newest K checkpoints of the one --model-dir (DIR/checkpoints/)")
+    group.add_argument("--ensemble-rule", choices=ENSEMBLE_RULES, default=ENSEMBLE_RULES[0],
+                       help="how an ensemble combines its models' next-token distributions: the mean of their "
+                       "log-probabilities (default) or of their probabilities")
+
+
+def ensemble_members(args):
+    """(model directories, checkpoints) of ``--model-dir``, ``--checkpoint`` and ``--last-checkpoints``."""
+    from gnmt_tf import model_files
+
+    model_dirs, checkpoints = list(args.model_dir), list(args.checkpoint or ["best"])
+    if args.last_checkpoints is not None:
+        if len(model_dirs) != 1 or args.checkpoint:
+            raise UsageError("--last-checkpoints takes one --model-dir and no --checkpoint")
+        paths = model_files.newest_checkpoints(model_dirs[0], args.last_checkpoints, flag="--last-checkpoints")
+        return model_dirs * len(paths), paths
+    if len(checkpoints) == 1:
+        return model_dirs, checkpoints * len(model_dirs)
+    if len(checkpoints) != len(model_dirs):
+        raise UsageError(f"give --checkpoint once, or once per --model-dir ({len(model_dirs)} --model-dir, "
+                         f"{len(checkpoints)} --checkpoint)")
+    return model_dirs, checkpoints
 
 
 def add_beam_width_argument(group) -> None:
@@ -182,12 +220,14 @@ def decoding_overrides(args) -> dict:
 
 
 def load_translator(args):
-    """The model of ``--model-dir`` at ``--checkpoint`` and a Translator configured from the command line,
-    with the directory's vocabulary shortlist if it has one: (translator, config, checkpoint path)."""
+    """The model of ``--model-dir`` at ``--checkpoint`` (several: an ensemble) and a Translator configured from
+    the command line, with the directory's vocabulary shortlist if it has one: (translator, config, checkpoint)."""
     from gnmt_tf.inference.evaluation import load_translator as load
 
-    return load(args.model_dir, args.checkpoint, batch_size=args.batch_size, max_input_length=args.max_input_length,
-                concurrent_batches=args.concurrent_batches, use_shortlist=getattr(args, "use_shortlist", None))
+    model_dirs, checkpoints = ensemble_members(args)
+    return load(model_dirs, checkpoints, batch_size=args.batch_size, max_input_length=args.max_input_length,
+                concurrent_batches=args.concurrent_batches, use_shortlist=getattr(args, "use_shortlist", None),
+                combination=args.ensemble_rule)
 
 
 def warn_truncated(translations, max_input_length: int) -> None:

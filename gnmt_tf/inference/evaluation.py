@@ -9,7 +9,7 @@ every figure says which search made it (:attr:`Evaluation.search`).
 from __future__ import annotations
 
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from gnmt_tf.inference.results import Translation, count_truncated, texts
 from gnmt_tf.metrics.bleu import BleuResult, corpus_bleu
@@ -72,27 +72,43 @@ def evaluate(translator, pairs: Sequence[Pair], overrides: Optional[Dict] = None
                       search_description(translator.decoding, overrides, greedy))
 
 
-def load_translator(model_dir: str, checkpoint: str = "best", batch_size: int = 32,
-                    max_input_length: Optional[int] = None,
-                    concurrent_batches: int = 2, use_shortlist: Optional[bool] = None):
-    """A model directory's translator as the command lines use it: (translator, config, checkpoint path).
+def load_translator(model_dir: Union[str, Sequence[str]], checkpoint: Union[str, Sequence[str]] = "best",
+                    batch_size: int = 32, max_input_length: Optional[int] = None,
+                    concurrent_batches: int = 2, use_shortlist: Optional[bool] = None,
+                    combination: str = "mean_log_probs"):
+    """A model directory's translator as the command lines use it: (translator, config, checkpoint).
 
-    ``checkpoint``: "best", "latest" or "averaged" (:func:`gnmt_tf.model_files.find_checkpoint`).
-    The directory's vocabulary shortlist is loaded when it has one; ``use_shortlist=True`` without
+    ``checkpoint``: "best", "latest" or "averaged" (:func:`gnmt_tf.model_files.find_checkpoint`), or
+    a checkpoint path. Several model directories (with one checkpoint each, or one for all; a
+    directory may be given once per checkpoint) translate as one :class:`gnmt_tf.models.Ensemble`
+    (section 8.6) combining their steps by the rule ``combination`` names
+    (:func:`gnmt_tf.models.ensemble.combination_named`: "mean_log_probs" or "mean_probs");
+    the config, tokenizer and shortlist are the first directory's, and ``checkpoint`` in the result
+    lists every member's, joined by " + ".
+    The first directory's vocabulary shortlist is loaded when it has one; ``use_shortlist=True`` without
     one raises :class:`gnmt_tf.model_files.ModelDirError`.
     """
     from gnmt_tf import model_files
     from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.models.ensemble import Ensemble, IncompatibleMembers, combination_named
 
-    path = model_files.find_checkpoint(model_dir, checkpoint)
-    model, tokenizer, config = model_files.load_model_dir(model_dir, which=checkpoint)
-    shortlist = model_files.read_shortlist(model_dir, vocab_size=tokenizer.vocab_size)
+    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    checkpoints = [checkpoint] * len(model_dirs) if isinstance(checkpoint, str) else list(checkpoint)
+    members = model_files.load_models(model_dirs, checkpoints)
+    first = members[0]
+    try:
+        model = first.model if len(members) == 1 else Ensemble(
+            [member.model for member in members], combination_named(combination),
+            names=[f"{directory} ({member.checkpoint})" for directory, member in zip(model_dirs, members)])
+    except IncompatibleMembers as error:
+        raise model_files.ModelDirError(str(error)) from error
+    shortlist = model_files.read_shortlist(model_dirs[0], vocab_size=first.tokenizer.vocab_size)
     if use_shortlist and shortlist is None:
         raise model_files.ModelDirError(
-            f"--shortlist: {model_dir} has no vocabulary shortlist ({model_files.shortlist_path(model_dir)}); "
-            f"python -m gnmt_tf.shortlist --model-dir {model_dir} builds one")
-    translator = Translator(  # the checkpoint's weights stay as loaded: precompute what only they decide
-        model, tokenizer, config.decoding, batch_size=batch_size, max_input_length=max_input_length,
+            f"--shortlist: {model_dirs[0]} has no vocabulary shortlist ({model_files.shortlist_path(model_dirs[0])}); "
+            f"python -m gnmt_tf.shortlist --model-dir {model_dirs[0]} builds one")
+    translator = Translator(  # the checkpoints' weights stay as loaded: precompute what only they decide
+        model, first.tokenizer, first.config.decoding, batch_size=batch_size, max_input_length=max_input_length,
         shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=concurrent_batches,
     )
-    return translator, config, path
+    return translator, first.config, " + ".join(member.checkpoint for member in members)

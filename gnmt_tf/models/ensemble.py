@@ -63,6 +63,13 @@ MEAN_PROBS = MeanProbs()
 COMBINATIONS = {rule.name: rule for rule in (MEAN_LOG_PROBS, MEAN_PROBS)}
 
 
+def combination_named(name: str) -> Combination:
+    """The rule of :data:`COMBINATIONS` called ``name`` (ValueError naming the choices otherwise)."""
+    if name not in COMBINATIONS:
+        raise ValueError(f"unknown ensemble rule {name!r}: one of {', '.join(COMBINATIONS)}")
+    return COMBINATIONS[name]
+
+
 class EnsembleMemory(NamedTuple):
     """The members' attention memories of one batch of sources."""
 
