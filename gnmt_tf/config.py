@@ -345,7 +345,7 @@ class DecodingConfig:
         "the beam_width best extensions of its sentence at that step (OpenNMT, fairseq, "
         "tensor2tensor). 'every_beam': every live hypothesis' EOS extension enters the finished "
         "pool, however unlikely. Section 7 does not say; 'every_beam' favours outputs that are "
-        "too short (benchmarks/results/quality.json).",
+        "too short (measured on the dev split: docs/decoding.md).",
         default="top_k",
     )
     use_shortlist: bool = _doc(

@@ -25,7 +25,7 @@ Search, per sentence:
   fairseq and tensor2tensor do; "every_beam": every live hypothesis' EOS
   extension, however unlikely. Section 7 leaves this open; "every_beam" lets a
   short, improbable ending into the pool at every step, and eq. 14's scores then
-  favour outputs that are too short (measured: benchmarks/results/quality.json).
+  favour outputs that are too short (measured on the dev split: docs/decoding.md).
 * Local pruning (section 7, first rule): a token whose log-probability is more
   than ``beamsize`` below the best token of the same hypothesis at this step is
   not expanded. CHOICE: the paper's "local score" is read as the token's
