@@ -3,7 +3,8 @@
 Writes BASE/NAME/<version>/ (TF Serving's layout; the version defaults to the
 next free integer) with tokenization, beam search and detokenization inside the
 graph, checks that the export translates like the model, and only then moves
-it into place.
+it into place. Several ``--model-dir`` (or ``--last-checkpoints K``) export one
+ensemble (section 8.6), with the same signatures as one model.
 
 Exit status: 0 exported; 2 a usage error, or a model directory or config that
 cannot be used (nothing was attempted); 1 the export could not be made or does
@@ -14,12 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from gnmt_tf.cli.common import (
-    add_beam_width_argument,
-    add_checkpoint_argument,
-    add_model_dir_argument,
-    add_shortlist_argument,
-)
+from gnmt_tf.cli.common import add_beam_width_argument, add_ensemble_arguments, add_shortlist_argument, ensemble_members
 from gnmt_tf.cli.commands import defined_in
 from gnmt_tf.cli.scaffold import Command, UsageError
 
@@ -27,7 +23,7 @@ FORMATS = ("saved_model", "tflite")
 
 
 def add_arguments(parser) -> None:
-    add_model_dir_argument(parser)
+    add_ensemble_arguments(parser)
     parser.add_argument("--output", required=True, metavar="BASE/NAME", help="model base path; versions go below it")
     parser.add_argument("--format", required=True, help=f"artifact format: {', '.join(FORMATS)}")
     parser.add_argument(
@@ -35,7 +31,6 @@ def add_arguments(parser) -> None:
         help="int8: eq. 12 weights (one scale per output unit), checked against the float model's dev BLEU",
     )
     parser.add_argument("--version", type=int, default=None, help="version number (default: the next free one)")
-    add_checkpoint_argument(parser)
     parser.add_argument(
         "--verify-sentences", type=int, default=8,
         help="dev sentences the export translates before it is moved into place; it must translate them as "
@@ -80,8 +75,10 @@ def add_arguments(parser) -> None:
 def export_model(args) -> int:
     from export.exporters import ExportError, ExportRequest, export, validate_request
 
+    model_dirs, checkpoints = ensemble_members(args)
     request = ExportRequest(
-        model_dir=args.model_dir, output=args.output, version=args.version, checkpoint=args.checkpoint,
+        model_dir=model_dirs[0], output=args.output, version=args.version, checkpoint=checkpoints[0],
+        ensemble_with=tuple(zip(model_dirs[1:], checkpoints[1:])), ensemble_rule=args.ensemble_rule,
         beam_width=args.beam_width, verify_sentences=args.verify_sentences, quantize=args.quantize,
         int8_products=args.int8_products, xla=args.xla, bleu_tolerance=args.bleu_tolerance,
         bleu_sentences=args.bleu_sentences, target_input_table=args.target_input_table,

@@ -76,6 +76,10 @@ class ExportRequest:
     bleu_tolerance: float = 0.5  # int8: largest dev BLEU drop accepted
     bleu_sentences: int = 500  # int8: dev sentences the BLEU check translates
     use_shortlist: Optional[bool] = None  # the export's default; None: decoding.use_shortlist of the config
+    # Further models decoded with model_dir's as one ensemble (section 8.6): (model directory, checkpoint)
+    # each; model_dir gives the config, the dev split and the shortlist.
+    ensemble_with: Tuple[Tuple[str, str], ...] = ()
+    ensemble_rule: str = "mean_log_probs"  # gnmt_tf.models.ensemble.combination_named
     log: Callable[[str], None] = print
 
 
@@ -264,7 +268,7 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
-    from gnmt_tf.model_files import find_checkpoint, load_model_dir, read_shortlist, shortlist_path
+    from gnmt_tf.model_files import load_as_one_model, read_shortlist, shortlist_path
 
     validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
@@ -275,10 +279,12 @@ def export(request: ExportRequest, format_name: str) -> str:
             f"{target} already exists; pass another --version (next free: {next_version(request.output)}) "
             f"or remove it"
         )
-    checkpoint = find_checkpoint(request.model_dir, request.checkpoint)
-    model, tokenizer, config = load_model_dir(request.model_dir, which=request.checkpoint,
-                                              warn=lambda message: request.log(f"warning: {message}"))
-    request.log(f"exporting {checkpoint} (--checkpoint {request.checkpoint})")
+    loaded = load_as_one_model([request.model_dir, *(directory for directory, _ in request.ensemble_with)],
+                               [request.checkpoint, *(which for _, which in request.ensemble_with)],
+                               request.ensemble_rule, warn=lambda message: request.log(f"warning: {message}"))
+    model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    request.log(f"exporting {loaded.checkpoint} (--checkpoint {request.checkpoint})"
+                + (f", one ensemble ({request.ensemble_rule})" if request.ensemble_with else ""))
     if request.quantize == "int8":
         _require_final_delta(request, model, config)
         bleu_pairs = _int8_check_pairs(request)  # before the write: a missing dev split ends the export at once
@@ -304,7 +310,7 @@ def export(request: ExportRequest, format_name: str) -> str:
     try:
         request.log(f"writing {format_name}{' int8' if request.quantize == 'int8' else ''} to {staging}")
         exporter.write(translator, staging)
-        write_metadata(staging, request, format_name, checkpoint, decoding)
+        write_metadata(staging, request, format_name, loaded.checkpoints, decoding)
         request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
         if request.quantize == "int8":
             _check_bleu(request, exporter, staging, model, tokenizer, decoding, bleu_pairs, shortlist)
@@ -321,14 +327,16 @@ QUANTIZE = ("none", "int8")
 METADATA_FILE = "export.json"  # in the version directory, beside the artifact (TF Serving reads only its own files)
 
 
-def write_metadata(directory: str, request: ExportRequest, format_name: str, checkpoint: str, decoding) -> str:
-    """``export.json``: what the export was made from and how, so a served version can be traced to its checkpoint."""
+def write_metadata(directory: str, request: ExportRequest, format_name: str, checkpoints: Sequence[str],
+                   decoding) -> str:
+    """``export.json``: what the export was made from and how, so a served version can be traced to its
+    checkpoints (an ensemble's further models under "ensemble_with")."""
     import json
 
     import gnmt_tf
 
     metadata = {
-        "checkpoint": os.path.abspath(checkpoint),
+        "checkpoint": os.path.abspath(checkpoints[0]),
         "checkpoint_choice": request.checkpoint,
         "model_dir": os.path.abspath(request.model_dir),
         "format": format_name,
@@ -338,6 +346,10 @@ def write_metadata(directory: str, request: ExportRequest, format_name: str, che
         "gnmt_tf": gnmt_tf.__version__,
         "tensorflow": tf.__version__,
     }
+    if request.ensemble_with:
+        metadata.update(ensemble_rule=request.ensemble_rule, ensemble_with=[
+            {"model_dir": os.path.abspath(model_dir), "checkpoint": os.path.abspath(path), "checkpoint_choice": which}
+            for (model_dir, which), path in zip(request.ensemble_with, checkpoints[1:])])
     path = os.path.join(directory, METADATA_FILE)
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(metadata, handle, indent=1)

@@ -320,7 +320,7 @@ def newest_checkpoints(model_dir: str, count: int, flag: str = "--last") -> List
             f"{model_dir} keeps {len(paths)} checkpoint(s), fewer than {flag} {count}; use fewer, or "
             f"keep more while training (training.keep_checkpoints)"
         )
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths[-count:]]
+    return paths[-count:]  # get_checkpoint_state puts the directory in front of relative paths
 
 
 def anneal_finished(trained_delta: float, final_delta: float) -> bool:
@@ -377,10 +377,15 @@ def load_checkpoint(config: GNMTConfig, path: str, warn: Callable[[str], None] =
 class LoadedModel(NamedTuple):
     """A model read from a model directory (:func:`load_models`)."""
 
-    model: "GNMT"
+    model: "GNMT"  # or an Ensemble of several (load_as_one_model)
     tokenizer: "WordpieceTokenizer"
     config: GNMTConfig
-    checkpoint: str  # the checkpoint's path
+    checkpoints: Tuple[str, ...]  # the path of each model's checkpoint
+
+    @property
+    def checkpoint(self) -> str:
+        """The checkpoints' paths, joined by " + " (one model: its path)."""
+        return " + ".join(self.checkpoints)
 
 
 def load_models(model_dirs: Sequence[str], checkpoints: Sequence[str],
@@ -401,8 +406,27 @@ def load_models(model_dirs: Sequence[str], checkpoints: Sequence[str],
         if loaded and _wordpieces(model_dir) != _wordpieces(model_dirs[0]):
             raise ModelDirError(f"{model_dirs[0]} and {model_dir} cannot translate as one ensemble: their "
                                 f"wordpiece vocabularies ({WORDPIECES_FILE}) differ")
-        loaded.append(LoadedModel(model, tokenizer, config, path))
+        loaded.append(LoadedModel(model, tokenizer, config, (path,)))
     return loaded
+
+
+def load_as_one_model(model_dirs: Sequence[str], checkpoints: Sequence[str], combination: str = "mean_log_probs",
+                      warn: Callable[[str], None] = _warn) -> LoadedModel:
+    """:func:`load_models`, and with several of them, their :class:`gnmt_tf.models.Ensemble` (section 8.6;
+    ``combination`` names its rule, :func:`gnmt_tf.models.ensemble.combination_named`). The tokenizer and
+    config are the first model's."""
+    from gnmt_tf.models.ensemble import Ensemble, IncompatibleMembers, combination_named
+
+    members = load_models(model_dirs, checkpoints, warn)
+    first = members[0]
+    if len(members) == 1:
+        return first
+    names = [f"{directory} ({member.checkpoint})" for directory, member in zip(model_dirs, members)]
+    try:
+        ensemble = Ensemble([member.model for member in members], combination_named(combination), names=names)
+    except IncompatibleMembers as error:
+        raise ModelDirError(str(error)) from error
+    return LoadedModel(ensemble, first.tokenizer, first.config, sum((member.checkpoints for member in members), ()))
 
 
 def _wordpieces(model_dir: str) -> bytes:

@@ -4,7 +4,7 @@ Writes the element-wise mean of the model weights of the newest N checkpoints in
 DIR/checkpoints/ to DIR/averaged/, a checkpoint that translate, evaluate and export
 use with ``--checkpoint averaged``. Averaging the weights of neighbouring
 checkpoints smooths the noise of the last updates (OpenNMT-tf's
-``average-checkpoints``); benchmarks/results/quality.json has what it gives here.
+``average-checkpoints``).
 
 The averaged model keeps the delta (eq. 10) of the newest checkpoint: delta is not
 a weight to average but the clipping the weights were trained under.

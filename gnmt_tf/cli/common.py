@@ -48,14 +48,6 @@ def add_model_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-dir", required=True, help=MODEL_DIR_HELP)
 
 
-def add_checkpoint_argument(parser) -> None:
-    parser.add_argument(
-        "--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
-        help="which checkpoint of the model directory: best by dev BLEU (default), the latest, or the "
-        "average of the last ones that gnmt-average writes",
-    )
-
-
 def check_new_directory(flag: str, path) -> None:
     """A directory the command will create (or add to): refused if a file is in its place."""
     if path and os.path.exists(path) and not os.path.isdir(path):

@@ -90,25 +90,18 @@ def load_translator(model_dir: Union[str, Sequence[str]], checkpoint: Union[str,
     """
     from gnmt_tf import model_files
     from gnmt_tf.inference.translator import Translator
-    from gnmt_tf.models.ensemble import Ensemble, IncompatibleMembers, combination_named
 
     model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
     checkpoints = [checkpoint] * len(model_dirs) if isinstance(checkpoint, str) else list(checkpoint)
-    members = model_files.load_models(model_dirs, checkpoints)
-    first = members[0]
-    try:
-        model = first.model if len(members) == 1 else Ensemble(
-            [member.model for member in members], combination_named(combination),
-            names=[f"{directory} ({member.checkpoint})" for directory, member in zip(model_dirs, members)])
-    except IncompatibleMembers as error:
-        raise model_files.ModelDirError(str(error)) from error
-    shortlist = model_files.read_shortlist(model_dirs[0], vocab_size=first.tokenizer.vocab_size)
+    loaded = model_files.load_as_one_model(model_dirs, checkpoints, combination)
+    model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    shortlist = model_files.read_shortlist(model_dirs[0], vocab_size=tokenizer.vocab_size)
     if use_shortlist and shortlist is None:
         raise model_files.ModelDirError(
             f"--shortlist: {model_dirs[0]} has no vocabulary shortlist ({model_files.shortlist_path(model_dirs[0])}); "
             f"python -m gnmt_tf.shortlist --model-dir {model_dirs[0]} builds one")
     translator = Translator(  # the checkpoints' weights stay as loaded: precompute what only they decide
-        model, first.tokenizer, first.config.decoding, batch_size=batch_size, max_input_length=max_input_length,
+        model, tokenizer, config.decoding, batch_size=batch_size, max_input_length=max_input_length,
         shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=concurrent_batches,
     )
-    return translator, first.config, " + ".join(member.checkpoint for member in members)
+    return translator, config, loaded.checkpoint
