@@ -34,6 +34,8 @@ COMMANDS = (
                  "Score a trained model on a test set."),
     CommandEntry("gnmt-score", "gnmt_tf.score", "gnmt_tf.cli.score",
                  "Score given translations with a trained model."),
+    CommandEntry("gnmt-distill", "gnmt_tf.distill", "gnmt_tf.cli.distill",
+                 "Translate training data with a teacher model into a student's training data."),
     CommandEntry("gnmt-average", "gnmt_tf.average", "gnmt_tf.cli.average",
                  "Average the last checkpoints of a model."),
     CommandEntry("gnmt-shortlist", "gnmt_tf.shortlist", "gnmt_tf.cli.shortlist",
