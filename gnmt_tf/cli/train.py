@@ -81,6 +81,11 @@ def add_arguments(parser) -> None:
         "it is only read",
     )
     parser.add_argument(
+        "--vocab-and-splits-from", default=None, metavar="MODEL_DIR",
+        help="use MODEL_DIR's wordpiece vocabulary and its dev and test splits (left out of the training "
+        "pairs): for another model of an ensemble with it, or a student of it, scored on the same test split",
+    )
+    parser.add_argument(
         "--pause-after-step", nargs=2, action="append", default=[], metavar=("STEP", "FILE"),
         help="for tests and scripts: after step STEP (and its checkpoint, if it is one) create FILE and wait "
         "until FILE is deleted, so that the run can be killed or looked at at a known step "
@@ -103,6 +108,9 @@ def check(parser, args) -> None:
                      "(change fields with --set)")
     if args.refine and not args.model_dir:
         parser.error(f"--refine {args.refine} needs --model-dir OUT, a new directory for the fine-tuned model")
+    if args.vocab_and_splits_from and (args.refine or args.dev):
+        parser.error("--vocab-and-splits-from cannot be combined with --dev or --refine: it gives the dev split "
+                     "(and --refine uses --init-from's)")
     check_new_directory("--model-dir", args.model_dir)
     for step, _ in args.pause_after_step:
         if not step.isdigit():
@@ -158,8 +166,13 @@ def _run(args) -> int:
     else:
         config = load_config(args.config or DEFAULT_CONFIG, overrides=overrides)
 
-    data = _load_data(args, config)
-    tokenizer = _tokenizer(model_dir, config, data.train, resuming)
+    if args.vocab_and_splits_from:  # another model of the same vocabulary and held-out splits
+        data = _held_out_of(args.vocab_and_splits_from, load_training_pairs(args))
+        tokenizer = model_files.read_tokenizer(args.vocab_and_splits_from)
+        print(f"using the vocabulary of {args.vocab_and_splits_from}: {tokenizer.vocab_size:,} wordpieces")
+    else:
+        data = _load_data(args, config)
+        tokenizer = _tokenizer(model_dir, config, data.train, resuming)
     config.model.vocab_size = tokenizer.vocab_size
     if _is_chief(strategy):  # one writer: a cluster's other workers share the directory
         model_files.save_metadata(model_dir, config, tokenizer)

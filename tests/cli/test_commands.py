@@ -104,6 +104,7 @@ def test_a_model_or_config_it_cannot_use_is_exit_2_and_one_error_line(tmp_path):
         "gnmt_tf.translate": ["--model-dir", missing],
         "gnmt_tf.evaluate": ["--model-dir", missing, "--test", str(pairs)],
         "gnmt_tf.score": ["--model-dir", missing],
+        "gnmt_tf.distill": ["--model-dir", missing, "--train", str(pairs), "--output", str(output / "distilled.tsv")],
         "gnmt_tf.average": ["--model-dir", missing],
         "gnmt_tf.shortlist": ["--model-dir", missing, "--train", str(pairs)],
         "gnmt_tf.report": ["--model-dir", missing, "--output", str(output / "curves.png")],

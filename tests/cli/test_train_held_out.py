@@ -59,3 +59,36 @@ def test_with_dev_nothing_is_held_out(tmp_path):
 def test_too_few_pairs_to_hold_out_splits_from_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match="too few to hold out a dev and a test split.*--dev"):
         _load_data(_args(_write(tmp_path / "pairs.tsv", PAIRS[:2])), load_config("tiny"))
+
+
+def test_another_model_can_share_a_models_vocabulary_and_splits(trained_number_model, tmp_path):
+    """--vocab-and-splits-from: the new model's wordpieces, dev and test splits are the given model's, it
+    trains on none of their pairs, and the two decode as one ensemble."""
+    from helpers import SHALLOW_CLI_ARGS, run_in_process, write_number_training_tsv
+
+    from gnmt_tf.inference.evaluation import load_translator
+
+    first, _ = trained_number_model
+    train = tmp_path / "train.tsv"
+    write_number_training_tsv(str(train))
+    dev, test = model_files.read_dev_split(first), model_files.read_test_split(first)
+    with open(train, "a", encoding="utf-8") as handle:  # a held-out pair in the data must be left out
+        handle.write(f"{dev[0][0]}\t{dev[0][1]}\n{test[0][0]}\t{test[0][1]}\n")
+    second = str(tmp_path / "second")
+    done = run_in_process(["python", "-m", "gnmt_tf.train", "--config", "tiny", "--train", str(train),
+                           "--model-dir", second, "--vocab-and-splits-from", first, "--max-steps", "2",
+                           "--quiet", "--set", "training.delta_start=1.0", *SHALLOW_CLI_ARGS])
+    assert done.returncode == 0, done.stderr
+    assert f"using the vocabulary of {first}" in done.stdout
+    with open(train, encoding="utf-8") as handle:
+        pairs = [tuple(line.rstrip("\n").split("\t")) for line in handle]
+    held = set(dev) | set(test)
+    assert f"{sum(pair in held for pair in pairs):,} training pairs found in them are left out" in done.stdout
+    for name in (model_files.WORDPIECES_FILE, model_files.DEV_FILE, model_files.TEST_FILE):
+        with open(f"{first}/{name}", "rb") as a, open(f"{second}/{name}", "rb") as b:
+            assert a.read() == b.read(), name
+    translator, _, _ = load_translator([first, second], ["best", "latest"])
+    assert len(translator.model.members) == 2
+    refused = run_in_process(["python", "-m", "gnmt_tf.train", "--train", str(train), "--dev", str(train),
+                              "--vocab-and-splits-from", first, "--model-dir", str(tmp_path / "third")])
+    assert refused.returncode == 2 and "cannot be combined with --dev" in refused.stderr
