@@ -196,6 +196,28 @@ PARSE_ONLY = {
     "gnmt_tf.train --model-dir runs/en-fr":
         "resumes a run for the rest of its budget: minutes; tests/cli/test_train_cli.py resumes a killed run "
         "(test_killed_run_resumes_to_the_same_state)",
+    # docs/ensembles_and_students.md: its commands need two trained models and minutes each.
+    "gnmt_tf.train --model-dir runs/a": "trains the small config on the gettext catalogs for ten minutes",
+    "gnmt_tf.train --model-dir runs/b --set training.seed=2 --vocab-and-splits-from runs/a":
+        "ten minutes of training; tests/cli/test_train_held_out.py trains with --vocab-and-splits-from and "
+        "decodes the two models as one ensemble",
+    "gnmt_tf.evaluate --model-dir runs/a --model-dir runs/b --test runs/a/test.tsv":
+        "needs the two models above; tests/inference/test_ensemble_translator.py evaluates an ensemble through "
+        "the command line",
+    "gnmt_tf.translate --model-dir runs/a --model-dir runs/b":
+        "needs the two models above; tests/inference/test_ensemble_translator.py translates with an ensemble "
+        "through the command line",
+    "export --model-dir runs/a --model-dir runs/b --output serving_models/gnmt --format saved_model":
+        "needs the two models above; tests/export/test_export_ensemble.py exports an ensemble through the "
+        "command line and translates with the results",
+    "gnmt_tf.evaluate --model-dir runs/a --last-checkpoints 4 --test runs/a/test.tsv":
+        "needs runs/a's four newest checkpoints; tests/inference/test_ensemble_translator.py runs "
+        "--last-checkpoints 2 on the fixture model",
+    "gnmt_tf.distill --model-dir runs/a --model-dir runs/b --output runs/distilled.tsv":
+        "translates the 60k built-in pairs with an ensemble: hours; tests/training/test_distillation.py "
+        "distils a small TSV through the command line",
+    "gnmt_tf.train --model-dir runs/student --train runs/distilled.tsv --vocab-and-splits-from runs/a":
+        "trains the small config for ten minutes on the distilled pairs",
     "gnmt_tf.summary --config small":
         "builds the small model: ~15 s; tests/cli/test_summary_cli.py checks the printed count against one by hand",
 }
