@@ -68,7 +68,7 @@ import sys
 import tempfile
 import time
 
-from harness import SITTING, WorkerFailed, last_run, run_in_worker_process, write_report
+from harness import SITTING, WorkerFailed, last_run, portable_path, run_in_worker_process, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -695,7 +695,7 @@ def main(argv=None) -> int:
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
                     "load_average_at_start": [round(v, 2) for v in os.getloadavg()]},
-        "settings": {"model_dir": model_dir, "threads": args.threads, "batches": args.batches,
+        "settings": {"model_dir": portable_path(model_dir), "threads": args.threads, "batches": args.batches,
                      "sentences": args.sentences, "batch1_sentences": max(1, args.sentences // 4),
                      "bleu_sentences": args.bleu_sentences, "bleu_batch": args.bleu_batch,
                      "artifacts": args.artifacts, "quick": args.quick, "paper_config": args.paper_config,

@@ -97,13 +97,21 @@ def _shell_word(word: str) -> str:
     name, equals, value = word.partition("=")
     if equals and name.startswith("-") and os.path.isabs(value):  # --option=PATH
         return shlex.quote(name + equals) + _shell_word(value)
-    if os.path.isabs(word):
-        if word == ROOT or word.startswith(ROOT + os.sep):
-            return shlex.quote(os.path.relpath(word, ROOT))
-        home = os.path.expanduser("~")
-        if home not in ("", "/") and word.startswith(home + os.sep):
-            return "~/" + shlex.quote(word[len(home) + 1:])
-    return shlex.quote(word)
+    path = portable_path(word)
+    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") and path != word else shlex.quote(path)
+
+
+def portable_path(path: str) -> str:
+    """``path`` as a results file keeps it: relative to the checkout when inside it, ``~/...`` when in the
+    home folder, as given otherwise (no machine paths in a results file)."""
+    if not os.path.isabs(path):
+        return path
+    if path == ROOT or path.startswith(ROOT + os.sep):
+        return os.path.relpath(path, ROOT)
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~/" + path[len(home) + 1:]
+    return path
 
 
 def load(path: str, benchmark: Optional[str] = None, **header) -> Dict:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from typing import Dict, List, Sequence
 
-from harness import write_report
+from harness import portable_path, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,7 +152,7 @@ def measure(label: str, model: str, batch: int, args, directory: str) -> Dict:
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"label": label, "model": model, "batch": batch, "threads": args.threads, **answer, **profile(samples(perf_data)),
+    return {"label": label, "model": portable_path(model), "batch": batch, "threads": args.threads, **answer, **profile(samples(perf_data)),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()]}
 
@@ -193,7 +193,8 @@ def main(argv=None) -> int:
                 try:
                     results.append(measure(label, model, batch, args, directory))
                 except (RuntimeError, subprocess.TimeoutExpired) as error:  # recorded; the others go on
-                    results.append({"label": label, "model": model, "batch": batch, "error": str(error)[-2000:]})
+                    results.append({"label": label, "model": portable_path(model), "batch": batch,
+                                    "error": str(error)[-2000:]})
             print(json.dumps(results[-1]), file=sys.stderr)
     write_report(args.output, {"runs": results, "sentences": args.sentences, "count": args.count,
                                "seconds": args.seconds}, __file__, argv)
