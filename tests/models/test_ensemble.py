@@ -107,8 +107,8 @@ def brute_force_ranking(members, source, limit, rule):
     return sorted(ranked, reverse=True)
 
 
-@pytest.mark.parametrize("seeds,rule", [((0, 1), MEAN_LOG_PROBS), ((2, 3), MEAN_PROBS), ((10, 11), MEAN_LOG_PROBS)],
-                         ids=["log-linear", "mixture", "log-linear-2"])
+@pytest.mark.parametrize("seeds,rule", [((10, 11), MEAN_LOG_PROBS), ((2, 3), MEAN_PROBS)],
+                         ids=["log-linear", "mixture"])
 def test_beam_search_over_two_models_matches_brute_force(seeds, rule):
     """Beam 64 keeps every prefix of at most 3 of the 4 emittable tokens (2 source tokens, ratio 2):
     the search is exhaustive, so its n-best list is the brute force's ranking by the ensemble's log P."""
