@@ -353,6 +353,11 @@ def load_model_dir(
     checkpoint saved mid-anneal keeps its delta; ``warn`` is told so.
     """
     config, tokenizer = load_metadata(model_dir)
+    return load_checkpoint(config, existing_checkpoint(model_dir, which), warn), tokenizer, config
+
+
+def existing_checkpoint(model_dir: str, which: str) -> str:
+    """:func:`find_checkpoint`'s path, or a :class:`ModelDirError` saying what is missing and what to run."""
     path = find_checkpoint(model_dir, which)
     if path is None:
         if which == "averaged":
@@ -361,7 +366,7 @@ def load_model_dir(
                 f"gnmt_tf.cli.average --model-dir {model_dir} first)"
             )
         raise ModelDirError(f"{model_dir} has no checkpoint yet (looked in {CHECKPOINT_DIR}/ and {BEST_DIR}/)")
-    return load_checkpoint(config, path, warn), tokenizer, config
+    return path
 
 
 def load_checkpoint(config: GNMTConfig, path: str, warn: Callable[[str], None] = _warn) -> "GNMT":
@@ -395,18 +400,16 @@ def load_models(model_dirs: Sequence[str], checkpoints: Sequence[str],
     one's wordpiece vocabulary (one tokenizer translates for all of them)."""
     if len(model_dirs) != len(checkpoints):
         raise ValueError(f"{len(model_dirs)} model directories but {len(checkpoints)} checkpoints")
-    loaded = []
+    loaded, first_wordpieces = [], None
     for model_dir, which in zip(model_dirs, checkpoints):
-        if which in CHECKPOINT_CHOICES:
-            model, tokenizer, config = load_model_dir(model_dir, which, warn)
-            path = find_checkpoint(model_dir, which)
-        else:
-            config, tokenizer = load_metadata(model_dir)
-            model, path = load_checkpoint(config, which, warn), which
-        if loaded and _wordpieces(model_dir) != _wordpieces(model_dirs[0]):
+        config, tokenizer = load_metadata(model_dir)
+        wordpieces = _wordpieces(model_dir)
+        first_wordpieces = first_wordpieces or wordpieces
+        if wordpieces != first_wordpieces:  # refused before any checkpoint is read
             raise ModelDirError(f"{model_dirs[0]} and {model_dir} cannot translate as one ensemble: their "
                                 f"wordpiece vocabularies ({WORDPIECES_FILE}) differ")
-        loaded.append(LoadedModel(model, tokenizer, config, (path,)))
+        path = existing_checkpoint(model_dir, which) if which in CHECKPOINT_CHOICES else which
+        loaded.append(LoadedModel(load_checkpoint(config, path, warn), tokenizer, config, (path,)))
     return loaded
 
 
