@@ -148,7 +148,7 @@ def test_usage_errors_end_before_any_work(args, message, trained_number_model, t
         raise AssertionError("a usage error must end before the model is loaded")
 
     model_dir, _ = trained_number_model
-    monkeypatch.setattr("gnmt_tf.model_files.load_model_dir", no_loading)
+    monkeypatch.setattr("gnmt_tf.model_files.load_checkpoint", no_loading)
     output = tmp_path / "gnmt"
     assert main(["--model-dir", model_dir, "--output", str(output), *args]) == 2
     captured = capsys.readouterr()

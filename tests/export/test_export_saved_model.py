@@ -130,8 +130,8 @@ def test_next_version_and_existing_version(trained_number_model, tmp_path, monke
     assert export_marker(version=2) == str(base / "2")  # a free number below the highest is taken as given
     # An existing version is refused before anything is loaded, naming the next free one.
     loads = []
-    real_load = model_files.load_model_dir
-    monkeypatch.setattr("gnmt_tf.model_files.load_model_dir",
+    real_load = model_files.load_checkpoint  # what every model load reads the weights through
+    monkeypatch.setattr("gnmt_tf.model_files.load_checkpoint",
                         lambda *args, **kwargs: loads.append(args) or real_load(*args, **kwargs))
     with pytest.raises(ExportError, match="4 already exists; pass another --version \\(next free: 5\\)"):
         export_marker(version=4)
