@@ -1,6 +1,7 @@
 """How a model reads its weights: one mechanism for float, fake-quantized and int8 weights.
 
-Every product of an LSTM or softmax kernel and every embedding lookup in the model goes
+Every product of an LSTM or softmax kernel and every embedding lookup in the model (in a table of
+its own, or in the softmax kernel's columns when the embeddings are tied to it) goes
 through a :class:`WeightReader`, passed to the method that computes as its argument
 ``weights``. What the reader returns is decided by the one :class:`WeightTransform` it was
 made with:
@@ -109,6 +110,20 @@ def matmul(x: tf.Tensor, kernel) -> tf.Tensor:
     return tf.tensordot(x, kernel, axes=1)
 
 
+def columns_as_rows(gather_columns: Callable[[tf.Tensor], tf.Tensor], ids) -> tf.Tensor:
+    """Columns ``ids`` (int32, any shape) of an [input, output] kernel as rows: [*ids.shape, input].
+
+    ``gather_columns``: flat ids [n] -> those columns [input, n]. Only the gathered columns are
+    transposed, never the whole kernel: a tied model (Press & Wolf 2017) looks its embeddings up in the
+    softmax kernel at every decoding step, where a transposed copy of it would cost a softmax's worth
+    of memory traffic."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    rows = tf.transpose(gather_columns(tf.reshape(ids, [-1])))  # [n, input]
+    shaped = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
+    shaped.set_shape(ids.shape.concatenate(rows.shape[1:]))
+    return shaped
+
+
 class DenseColumns(NamedTuple):
     """Some output units of a Dense layer, read once (:meth:`WeightReader.dense_columns`): a vocabulary
     shortlist's softmax. Gathering a kernel's columns is a strided copy, too slow to repeat every step."""
@@ -123,8 +138,8 @@ class WeightTransform:
     """The float weights as they are; subclasses replace some of them.
 
     Subclasses override :meth:`float_kernel` (float products with other values) or
-    :meth:`product`, :meth:`columns` and :meth:`partial_product` (other products), and
-    :meth:`lookup`, for the weights they replace, and defer to this class for the others.
+    :meth:`product`, :meth:`columns`, :meth:`partial_product` and :meth:`lookup_columns` (other
+    products), and :meth:`lookup`, for the weights they replace, and defer to this class for the others.
     """
 
     def float_kernel(self, kernel: tf.Variable) -> Optional[tf.Tensor]:
@@ -164,6 +179,13 @@ class WeightTransform:
     def lookup(self, table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
         """Rows ``ids`` of the embedding ``table``."""
         return tf.gather(table, ids)
+
+    def lookup_columns(self, kernel: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+        """Columns ``ids`` of an [input, output] ``kernel`` as embedding rows [*ids.shape, input], each
+        column as :meth:`product` reads it (the values of :meth:`float_kernel`, by default): the lookups of
+        a tied model, whose embeddings are the softmax kernel's columns (Press & Wolf 2017)."""
+        values = self.float_kernel(kernel)
+        return columns_as_rows(lambda flat: tf.gather(values, flat, axis=1), ids)
 
     # What a module computing with the transform stores (a translator, and its SavedModel).
     def replaces(self, variable: tf.Variable) -> bool:
@@ -336,6 +358,15 @@ class WeightReader:
     def lookup(self, layer, ids) -> tf.Tensor:
         """A built ``keras.layers.Embedding`` looked up at ``ids``, its table read through the transform."""
         return self._transform.lookup(layer.embeddings, tf.convert_to_tensor(ids))
+
+    def lookup_columns(self, layer, ids) -> tf.Tensor:
+        """The kernel columns ``ids`` (int32, any shape) of a built ``keras.layers.Dense`` as rows
+        [*ids.shape, input]: a tied model's embeddings (:mod:`gnmt_tf.models.embeddings`), read as this
+        reader's products with that kernel read it (a snapshot's: as it read the kernel once)."""
+        read = self._read(layer.kernel)
+        if read is not None:  # its padding columns are never gathered: ids < the kernel's own columns
+            return columns_as_rows(read.gather_columns, ids)
+        return self._transform.lookup_columns(layer.kernel, tf.convert_to_tensor(ids))
 
 
 FLOAT_READER = WeightReader()

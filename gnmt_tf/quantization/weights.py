@@ -20,7 +20,10 @@ model's one mechanism for reading weights, a :class:`gnmt_tf.layers.weights.Weig
   exactly these: eq. 10-11 and the softmax weight ``W_s`` of eq. 13;
 * the two embedding tables: int8 with one scale per token (eq. 12 applied to
   each row). A lookup has no product, so the looked-up rows are dequantized;
-  this is storage only, and what makes the model about 4x smaller;
+  this is storage only, and what makes the model about 4x smaller. A model with
+  tied embeddings (``model.tied_embeddings``) has no tables of its own: its lookups
+  dequantize the softmax kernel's int8 columns, whose eq. 12 scales are one per
+  wordpiece too;
 * everything else (attention, biases, delta) stays float32, as the paper
   keeps the attention model and the softmax itself in float.
 
@@ -37,7 +40,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from gnmt_tf.layers.weights import WeightTransform, matmul
+from gnmt_tf.layers.weights import WeightTransform, columns_as_rows, matmul
 from gnmt_tf.quantization import int8 as quantization
 
 PRODUCTS = ("int8", "float")
@@ -114,8 +117,7 @@ class Int8Weights(WeightTransform, tf.Module):
         parts = self._int8_product_parts(kernel)
         if parts is None:
             return super().columns(kernel, ids)
-        # One scale (and offset) per output unit (eq. 12): the columns keep their own.
-        return (tf.gather(parts[0], ids, axis=1),) + tuple(tf.gather(part, ids) for part in parts[1:])
+        return gathered_columns(parts, ids)
 
     def partial_product(self, kernel, rows: slice) -> Callable[[tf.Tensor], tf.Tensor]:
         parts = self._int8_product_parts(kernel)
@@ -129,6 +131,15 @@ class Int8Weights(WeightTransform, tf.Module):
         if parts is None:
             return tf.gather(table, ids)
         return gather_dequantized(*parts, ids)
+
+    def lookup_columns(self, kernel, ids: tf.Tensor) -> tf.Tensor:
+        parts = self._kernels.get(kernel.ref())
+        if parts is None:
+            return super().lookup_columns(kernel, ids)
+        # A tied model's embeddings are the softmax kernel's columns (Press & Wolf 2017): only the
+        # columns looked up are dequantized, each with its own scale (eq. 12's one per output unit is
+        # one per wordpiece, as the separate tables keep one per row), whatever the products.
+        return columns_as_rows(lambda flat: quantization.dequantize(*gathered_columns(parts, flat)), ids)
 
     def stored_rows(self, table: tf.Tensor) -> "Int8Rows":
         """``table`` [rows, width] stored in int8 like the embeddings (one eq. 12 scale per row)."""
@@ -151,6 +162,12 @@ class Int8Weights(WeightTransform, tf.Module):
             "float32_bytes": size(self._float_variables),
             "int8_bytes": size(self.variables_int8) + size(self.kept_float_variables()),
         }
+
+
+def gathered_columns(parts, ids) -> Tuple[tf.Tensor, ...]:
+    """An int8 kernel's ``(codes, scales[, offsets])`` at the output units ``ids`` (int32 [n]): the
+    columns keep their own scales and offsets (eq. 12: one per output unit)."""
+    return (tf.gather(parts[0], ids, axis=1),) + tuple(tf.gather(part, ids) for part in parts[1:])
 
 
 def gather_dequantized(codes, scales, ids) -> tf.Tensor:
