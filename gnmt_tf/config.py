@@ -115,6 +115,14 @@ class ModelConfig:
         "from training.delta_start down to this value.",
         default=1.0,
     )
+    tied_embeddings: bool = _doc(
+        "If true, one table serves as the source embeddings, the target embeddings and the softmax "
+        "weights (Press & Wolf 2017; Marian's tied-embeddings-all): the vocabulary is one set of shared "
+        "wordpieces (section 4.1), so the three can be one, 2 x vocab_size x units fewer parameters. "
+        "The table is the softmax kernel, [units, vocab_size], whose column of a wordpiece is its "
+        "embedding; it needs an embedding width equal to `units`. false: three tables, as in the paper.",
+        default=False,
+    )
 
     def validate(self, where: str) -> None:
         _positive(self, where, "vocab_size", "units", "encoder_layers", "decoder_layers", "attention_units")
@@ -146,6 +154,13 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
         _positive(self, where, "logit_clip", "init_scale", "clip_delta")
+        if self.tied_embeddings and self.embedding_width != self.units:
+            # The softmax reads the top decoder output, `units` wide: its kernel's columns are that wide too.
+            raise ConfigError(
+                f"{where}.tied_embeddings: the one table is the softmax kernel, whose columns are "
+                f"units ({self.units}) wide, so the embeddings must be as wide; embedding_dim is "
+                f"{self.embedding_dim}. Set embedding_dim: null (or {self.units}), or tied_embeddings: false"
+            )
         if self.cell == "paper" and self.forget_bias != 0.0:
             raise ConfigError(
                 f"{where}.forget_bias: the 'paper' cell has no biases (eq. 11); set cell: standard "

@@ -31,9 +31,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from gnmt_tf.layers.attention import AttentionMemory
-from gnmt_tf.layers.cell import uniform_initializer
 from gnmt_tf.config import ModelConfig, model_config_from_dict
 from gnmt_tf.models.decoder import DecoderState, GNMTDecoder, TargetInputProjection
+from gnmt_tf.models.embeddings import SeparateEmbeddings, TiedEmbeddings, embedding_layer
 from gnmt_tf.models.encoder import GNMTEncoder
 from gnmt_tf.parallel import model_parallel
 from gnmt_tf.layers.recurrence import WRITTEN_GRADIENT, Recurrence
@@ -58,6 +58,9 @@ class GNMT(keras.Model):
             every LSTM cell and residual sum. Training anneals it
             (:class:`~gnmt_tf.training.callbacks.DeltaAnnealing`); use
             :meth:`set_clip_delta` to change it.
+        embeddings: where :meth:`embed_source` and :meth:`embed_target` look up
+            (:mod:`gnmt_tf.models.embeddings`): the ``source_embedding`` and ``target_embedding``
+            layers, or with ``tied_embeddings`` the softmax kernel's columns (Press & Wolf 2017).
         objective: set by :meth:`compile`: what :meth:`train_step` minimises
             (:mod:`gnmt_tf.models.objectives`).
         compiled_weights: set by :meth:`compile`: the
@@ -78,12 +81,10 @@ class GNMT(keras.Model):
             # One value for every replica (training sets it between steps: DeltaAnnealing).
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
-        self.source_embedding = keras.layers.Embedding(
-            config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="source_embedding"
-        )
-        self.target_embedding = keras.layers.Embedding(
-            config.vocab_size, config.embedding_width, embeddings_initializer=uniform_initializer(config.init_scale), name="target_embedding"
-        )
+        if not config.tied_embeddings:
+            # Section 3's two tables, made first so that the weights keep their order (get_weights).
+            self.source_embedding = embedding_layer(config, "source_embedding")
+            self.target_embedding = embedding_layer(config, "target_embedding")
         # Which device each layer runs on (section 3.3), from a ParallelConfig; None: one device.
         # Placement is not architecture: get_config and the checkpoint do not record it.
         self.placement = model_parallel.resolve_placement(parallel, config)
@@ -98,15 +99,17 @@ class GNMT(keras.Model):
             attention_device=placement.attention_device if placement else None,
             softmax_device=placement.root if placement else None, name="decoder",
         )
+        # What every lookup reads (gnmt_tf.models.embeddings), chosen here once: the two tables, or the
+        # softmax kernel's columns (Press & Wolf 2017). A plain object, so checkpoints do not record it.
+        self.embeddings = (TiedEmbeddings(self.decoder.softmax_projection) if config.tied_embeddings
+                           else SeparateEmbeddings(self.source_embedding, self.target_embedding))
 
     # ------------------------------------------------------------------ building
     def build(self, input_shape=None):
         """Create every weight; no example input is needed."""
         if self.built:
             return
-        placement = self.placement  # the embeddings live with the bottom layers that read them
-        build_sublayer(self.source_embedding, (None, None), placement.encoder[0] if placement else None)
-        build_sublayer(self.target_embedding, (None, None), placement.decoder[0] if placement else None)
+        self.embeddings.build(self.placement)
         width = self.model_config.embedding_width
         build_sublayer(self.encoder, (None, None, width))
         build_sublayer(self.decoder, (None, None, width))
@@ -331,18 +334,22 @@ class GNMT(keras.Model):
         return self.decoder.softmax_columns(output_ids, weights)
 
     def embed_source(self, source_ids, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
-        """Source embeddings of ids [batch, ...], read through ``weights``."""
-        return weights.lookup(self.source_embedding, source_ids)
+        """Source embeddings of ids [batch, ...], read through ``weights`` (from :attr:`embeddings`)."""
+        return self.embeddings.source(source_ids, weights)
 
     def embed_target(self, target_ids, weights: WeightReader = FLOAT_READER) -> tf.Tensor:
-        """Target embeddings of ids [batch, ...], read through ``weights``."""
-        return weights.lookup(self.target_embedding, target_ids)
+        """Target embeddings of ids [batch, ...], read through ``weights`` (from :attr:`embeddings`)."""
+        return self.embeddings.target(target_ids, weights)
 
     # ------------------------------------------------------------------ weights (section 6)
     def product_kernels(self) -> List[tf.Variable]:
         """The kernels of the model's matrix products, in ``self.weights`` order: every LSTM cell's
         ``kernel`` and ``recurrent_kernel`` and the softmax kernel (not attention, embeddings, biases).
-        What a search reads once (:meth:`gnmt_tf.layers.weights.WeightReader.reading_once`)."""
+        What a search reads once (:meth:`gnmt_tf.layers.weights.WeightReader.reading_once`), and what int8
+        inference quantizes. With tied embeddings the softmax kernel is also the embedding table, and the
+        lookups read it as the products do: a transform that quantizes it (Int8Weights,
+        FakeQuantizedWeights) quantizes the embeddings with it, one scale per wordpiece. (QAT's transform
+        fake-quantizes the LSTM kernels alone, so there softmax and embeddings both stay float.)"""
         wanted = [getattr(self.decoder.softmax_projection, "kernel", None)]  # None before build
         for module in self.submodules:
             if hasattr(module, "recurrent_kernel") and hasattr(module, "kernel"):
@@ -351,8 +358,9 @@ class GNMT(keras.Model):
         return [w for w in self.weights if w.ref() in refs]
 
     def embedding_tables(self) -> List[tf.Variable]:
-        """The source and target embedding tables (what int8 inference stores per token row)."""
-        return [self.source_embedding.embeddings, self.target_embedding.embeddings]
+        """The tables that are only looked up (what int8 inference stores per token row): the source and
+        target embeddings, or none when they are tied to the softmax kernel (a product kernel)."""
+        return self.embeddings.tables()
 
     # ------------------------------------------------------------------ delta (eq. 10)
     def set_clip_delta(self, value: float) -> None:

@@ -39,7 +39,10 @@ What runs where (``parallel.mode``):
 Each layer's weights are created on its device: the GNMT gives its encoder and
 decoder their layers' devices from the :class:`Placement` when it constructs them.
 The attention and softmax weights of the hybrid scheme live on ``devices[0]``, the
-root of their data parallelism. The checkpoint is
+root of their data parallelism. The embedding tables live with the bottom layers that
+read them; a model with tied embeddings (Press & Wolf 2017) has one table, the softmax
+kernel on the root, so its lookups gather there and only the looked-up rows travel to the
+bottom layers (``GNMT.embeddings``). The checkpoint is
 unchanged: placement is not architecture.
 
 Only teacher forcing (``GNMT.forward``: training and dev loss) uses the
@@ -434,8 +437,10 @@ def encode(model, placement: Placement, source_ids: tf.Tensor, weights: WeightRe
     then a wavefront."""
     encoder, devices = model.encoder, placement.encoder
     mask = tf.not_equal(source_ids, PAD_ID)
-    with tf.device(devices[0]), tf.name_scope("encoder_layer_1"):
+    # Where the table lives (model.embeddings): with this layer, or a tied model's softmax kernel on the root.
+    with tf.device(model.embeddings.source_device(placement)), tf.name_scope("source_embedding"):
         embedded = model.embed_source(source_ids, weights)
+    with tf.device(devices[0]), tf.name_scope("encoder_layer_1"):
         # Bi-directional (fig. 3): it needs the whole source, so it cannot join the wavefront.
         bottom_layer = lambda x: encoder.bottom_layer(x, mask, weights, recurrence, training)  # noqa: E731
         bottom = placed(devices[0], bottom_layer)(embedded)
@@ -540,7 +545,7 @@ def forward(model, source_ids, target_input_ids, weights: WeightReader, recurren
     target_input_ids = tf.convert_to_tensor(target_input_ids)
     outputs, source_mask = encode(model, placement, source_ids, weights, recurrence, training=training)
     mask = tf.not_equal(target_input_ids, PAD_ID)
-    with tf.device(placement.decoder[0]), tf.name_scope("decoder_layer_1"):
+    with tf.device(model.embeddings.target_device(placement)), tf.name_scope("target_embedding"):
         embedded = model.embed_target(target_input_ids, weights)
     if placement.mode == "model":
         top, probs = _model_parallel_decoder(model, placement, embedded, mask, outputs, source_mask, weights,
