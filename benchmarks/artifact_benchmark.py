@@ -63,12 +63,11 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from harness import SITTING, WorkerFailed, last_run, portable_path, run_in_worker_process, write_report
+from harness import SITTING, last_run, portable_path, run_job_in_worker, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -144,7 +143,7 @@ def parse_args(argv=None):
 
 
 # ================================================================================== workers
-def _import_tf(threads):
+def import_tf(threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, ROOT)
     import tensorflow as tf
@@ -155,7 +154,7 @@ def _import_tf(threads):
     return tf
 
 
-def _peak_rss_mb():
+def peak_rss_mb():
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
@@ -167,7 +166,7 @@ def _dev_pairs(model_dir, count):
     return dev_pairs(model_dir, count)
 
 
-def _length_batches(sentences, size):
+def length_batches(sentences, size):
     """(indices, sentences) chunks of ``size``, sorted by character length (the same for every artifact)."""
     order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), i))
     return [([i for i in order[s : s + size]], [sentences[i] for i in order[s : s + size]])
@@ -176,7 +175,7 @@ def _length_batches(sentences, size):
 
 def worker_setup(job, threads):
     """Write every artifact below job["work_dir"]; sizes and export times."""
-    tf = _import_tf(threads)
+    tf = import_tf(threads)
     from export.exporters import ExportRequest, SavedModelExporter, TFLiteExporter, directory_bytes
     from gnmt_tf.model_files import load_model_dir
 
@@ -204,7 +203,7 @@ def worker_setup(job, threads):
         out["artifacts"][name] = {"path": path, "size_bytes": directory_bytes(path),
                                   "export_seconds": round(time.perf_counter() - started, 1)}
         print(f"  wrote {name}: {out['artifacts'][name]}", file=sys.stderr, flush=True)
-    out["peak_rss_mb"] = _peak_rss_mb()
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 
@@ -218,7 +217,7 @@ def _shortlisted(model_dir, tokenizer, config):
             dataclasses.replace(config.decoding, use_shortlist=True))
 
 
-def _load_translate(tf, name, job, threads):
+def load_translate(tf, name, job, threads):
     """A function list[str] -> list[str] translating with artifact ``name``, loaded as its users would."""
     spec = ARTIFACTS[name]
     if spec["format"] == "keras":
@@ -269,7 +268,7 @@ def _replay_warmup(tf, loaded, path):
           file=sys.stderr, flush=True)
 
 
-def _timed_pass(translate, chunks):
+def timed_pass(translate, chunks):
     latencies, words, outputs = [], 0, []
     for chunk in chunks:
         started = time.perf_counter()
@@ -290,17 +289,26 @@ def _timed_pass(translate, chunks):
     }, outputs
 
 
+def two_passes(translate, sources, batch):
+    """``sources`` translated twice in batches of ``batch`` (sorted by length; batch 1: in order): the first
+    pass pays XLA's compilations for every new shape, the second reuses them."""
+    chunks = [c for _, c in length_batches(sources, batch)] if batch > 1 else [[s] for s in sources]
+    first, _ = timed_pass(translate, chunks)
+    second, _ = timed_pass(translate, chunks)
+    return {"batch": batch, "sentences": len(sources), "first_pass": first, "second_pass": second}
+
+
 def worker_speed(job, threads):
     """Speed, memory (and with job["bleu"], dev translations) of one artifact at one thread count."""
     import os as _os
 
-    tf = _import_tf(threads)
-    baseline = _peak_rss_mb()
+    tf = import_tf(threads)
+    baseline = peak_rss_mb()
     name = job["artifact"]
     started = time.perf_counter()
-    translate = _load_translate(tf, name, job, threads)
+    translate = load_translate(tf, name, job, threads)
     load_seconds = time.perf_counter() - started
-    after_load = _peak_rss_mb()
+    after_load = peak_rss_mb()
     pairs = _dev_pairs(job["model_dir"], 10**9)
     sources = [s for s, _ in pairs]
     warm = sources[-1]
@@ -310,14 +318,10 @@ def worker_speed(job, threads):
     rows = []
     for batch in job["batches"]:
         count = job["sentences"] if batch > 1 else max(1, job["sentences"] // 4)
-        chunks = [c for _, c in _length_batches(sources[:count], batch)] if batch > 1 else \
-            [[s] for s in sources[:count]]
-        first, _ = _timed_pass(translate, chunks)
-        second, _ = _timed_pass(translate, chunks)
-        rows.append({"batch": batch, "sentences": count, "first_pass": first, "second_pass": second})
-        print(f"  {name} threads={threads} batch={batch}: {second['sentences_per_second']} sent/s "
-              f"(first pass {first['sentences_per_second']})", file=sys.stderr, flush=True)
-    peak = _peak_rss_mb()
+        rows.append(two_passes(translate, sources[:count], batch))
+        print(f"  {name} threads={threads} batch={batch}: {rows[-1]['second_pass']['sentences_per_second']} "
+              f"sent/s (first pass {rows[-1]['first_pass']['sentences_per_second']})", file=sys.stderr, flush=True)
+    peak = peak_rss_mb()
     out = {
         "artifact": name,
         "threads": threads,
@@ -332,18 +336,18 @@ def worker_speed(job, threads):
         bleu_sources = sources[: job["bleu_sentences"]]
         translations = [""] * len(bleu_sources)
         started = time.perf_counter()
-        for indices, chunk in _length_batches(bleu_sources, job["bleu_batch"]):
+        for indices, chunk in length_batches(bleu_sources, job["bleu_batch"]):
             for i, text in zip(indices, translate(chunk)):
                 translations[i] = text
         out["bleu_run"] = {"seconds": round(time.perf_counter() - started, 1), "translations": translations,
-                           "peak_rss_mb": _peak_rss_mb()}
+                           "peak_rss_mb": peak_rss_mb()}
     out["pid"] = _os.getpid()
     return out
 
 
 def worker_paper(job, threads):
     """ms per decoder step of the SavedModel's graph paths on the paper-size model (random weights)."""
-    tf = _import_tf(threads)
+    tf = import_tf(threads)
     import numpy as np
 
     from gnmt_tf.decoding.beam import beam_search
@@ -456,12 +460,12 @@ def worker_paper(job, threads):
                 "sentences_per_second_at_L2": round(batch / min(t2), 3),
             })
             print(f"  paper {variant} batch={batch}: {rows[-1]['ms_per_step']} ms/step", file=sys.stderr, flush=True)
-    return {"config": job["config"], "parameters": parameters, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
+    return {"config": job["config"], "parameters": parameters, "rows": rows, "peak_rss_mb": peak_rss_mb()}
 
 
 def worker_quant(job, threads):
     """Part C: eq. 12 per-row vs Marian per-column 7-sigma int8, int8 products, through the Translator."""
-    tf = _import_tf(threads)
+    tf = import_tf(threads)
     import numpy as np
 
     from gnmt_tf.metrics.bleu import corpus_bleu
@@ -473,7 +477,7 @@ def worker_quant(job, threads):
     model, tokenizer, config = load_model_dir(job["model_dir"])
     pairs = _dev_pairs(job["model_dir"], job["bleu_sentences"])
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    batches = _length_batches(sources, job["bleu_batch"])
+    batches = length_batches(sources, job["bleu_batch"])
 
     def translate_all(translator):
         translations = [""] * len(sources)
@@ -519,13 +523,7 @@ WORKERS = {"setup": worker_setup, "speed": worker_speed, "paper": worker_paper, 
 # ================================================================================== parent
 def run_job(task, job, threads, timeout, log):
     """Run one worker; its answer (or an error record) and its duration / load info."""
-    try:
-        answer, info = run_in_worker_process(__file__, threads, ["--job", json.dumps({"task": task, **job})],
-                                             timeout=timeout)
-    except WorkerFailed as err:
-        answer, info = {"error": str(err)[-1500:]}, {"threads": threads}
-    except subprocess.TimeoutExpired:
-        answer, info = {"error": f"timed out after {timeout} s"}, {"threads": threads}
+    answer, info = run_job_in_worker(__file__, {"task": task, **job}, threads, timeout)
     info = {"task": task, **{k: v for k, v in job.items() if k in ("artifact", "config")}, **info}
     log.append(info)
     if isinstance(answer, dict) and "error" not in answer and task == "speed":

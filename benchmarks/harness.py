@@ -75,6 +75,17 @@ def run_in_worker_process(script: str, threads: int, worker_args: List[str], tim
     return answer, info
 
 
+def run_job_in_worker(script: str, job: Dict, threads: int, timeout: float) -> Tuple[Dict, Dict]:
+    """:func:`run_in_worker_process` of ``SCRIPT --worker --threads N --job JSON``, for a sitting that must go
+    on past a failed worker: a worker that fails or times out answers ``{"error": ...}`` instead of raising."""
+    try:
+        return run_in_worker_process(script, threads, ["--job", json.dumps(job)], timeout=timeout)
+    except WorkerFailed as err:
+        return {"error": str(err)[-1500:]}, {"threads": threads}
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}, {"threads": threads}
+
+
 def commit() -> str:
     """The checkout's commit (``git rev-parse --short HEAD``), ``+changes`` if tracked files were changed."""
     def git(*args):
