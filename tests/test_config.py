@@ -166,6 +166,19 @@ def test_a_decoder_that_cannot_read_the_source_is_refused():
     assert load_config("tiny", overrides={"model.decoder_layers": 2}).model.decoder_layers == 2
 
 
+def test_tied_embeddings_need_embeddings_as_wide_as_the_softmax_input():
+    """The one table is the softmax kernel [units, vocab] (Press & Wolf 2017): its columns are units wide."""
+    with pytest.raises(ConfigError) as err:
+        from_dict({"model": {"tied_embeddings": True, "units": 512, "embedding_dim": 256}})
+    assert str(err.value) == (
+        "model.tied_embeddings: the one table is the softmax kernel, whose columns are units (512) wide, so the "
+        "embeddings must be as wide; embedding_dim is 256. Set embedding_dim: null (or 512), or "
+        "tied_embeddings: false")
+    for embedding_dim in (None, 512):
+        assert from_dict({"model": {"tied_embeddings": True, "units": 512, "embedding_dim": embedding_dim}})
+    assert from_dict({"model": {"units": 512, "embedding_dim": 256}}).model.tied_embeddings is False
+
+
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="no config file or shipped config named 'nope'"):
         load_config("nope")
