@@ -69,11 +69,14 @@ def test_model_mode_with_input_feeding_and_uneven_softmax_shards_matches(rng):
     np.testing.assert_allclose(placed_probs.numpy(), probs.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["model", "hybrid"])
-def test_placed_layers_and_sharded_softmax_read_their_weights_through_the_reader(rng, mode):
+@pytest.mark.parametrize("mode, tied_embeddings", [("model", False), ("hybrid", False), ("model", True)],
+                         ids=["model", "hybrid", "model_tied_embeddings"])
+def test_placed_layers_and_sharded_softmax_read_their_weights_through_the_reader(rng, mode, tied_embeddings):
     """Fake-quantized kernels (every LSTM cell and the softmax): the placed model computes with them what
-    one device computes with them, the vocabulary-sharded softmax included, and not the float numbers."""
-    config = tiny_model_config(input_feeding=False, init_scale=0.5)  # large weights: visible rounding
+    one device computes with them, the vocabulary-sharded softmax included, and not the float numbers.
+    With tied embeddings the lookups read the softmax kernel where it lives, fake-quantized too."""
+    config = tiny_model_config(input_feeding=False, init_scale=0.5,  # large weights: visible rounding
+                               tied_embeddings=tied_embeddings)
     source, target_in, _ = copy_task(rng, 4, config.vocab_size, min_len=1, max_len=5)
     base = GNMT(config)
     base.build()
