@@ -11,6 +11,13 @@ With --plot-attention DIR the attention matrix of each sentence's best
 translation (eq. 4-5) is also drawn, one PNG per input line in input order:
 DIR/0001.png for the first line, DIR/0002.png for the second, ... (a blank line
 gets a picture saying it is empty). See gnmt_tf.plots.
+
+With --po FILE a gettext catalog (.po, or a .pot template) is translated
+instead: every empty msgstr is filled (a plural entry's msgstr[0] from msgid,
+the others from msgid_plural, as many as the header's Plural-Forms says) and
+its entry marked fuzzy; translated and fuzzy entries, comments, references,
+contexts and obsolete entries stay as they are. --output (default: stdout) gets
+the catalog, written whole or not at all. See gnmt_tf.localization.
 """
 
 from __future__ import annotations
@@ -35,6 +42,41 @@ def add_arguments(parser) -> None:
         "written out in input order before the next is read; bounds memory on long inputs (default: 1000)",
     )
     common.add_plot_attention_argument(parser, "each line's best translation")
+    add_catalog_arguments(parser)
+
+
+def add_catalog_arguments(parser) -> None:
+    from gnmt_tf.localization.po_translation import RETRANSLATE_CHOICES
+
+    catalog = parser.add_argument_group("gettext catalogs")
+    catalog.add_argument(
+        "--po", default=None, metavar="FILE",
+        help="translate the gettext catalog FILE (.po or .pot) instead of lines: its empty msgstrs are "
+        "filled and their entries marked fuzzy; --output gets the catalog",
+    )
+    catalog.add_argument(
+        "--po-retranslate", choices=RETRANSLATE_CHOICES, default=None,
+        help="also translate again the entries marked fuzzy (fuzzy), or every entry (all); default: only "
+        "entries without a translation, never one translated or fuzzy already",
+    )
+    catalog.add_argument(
+        "--po-language", default=None, metavar="LANG",
+        help="the catalog's language (fr, pt_BR, ...), for a header that has none yet (a .pot's): its "
+        "Language line, and its Plural-Forms if that is still the template's (default: gettext's n != 1)",
+    )
+
+
+def check(parser, args) -> None:
+    """Usage checks before TensorFlow starts: --plot-attention's directory, and what goes with --po."""
+    common.check_plot_attention(parser, args)
+    if args.po is None:
+        if args.po_retranslate or args.po_language:
+            parser.error("--po-retranslate and --po-language need --po")
+        return
+    if args.input is not None:
+        parser.error("--po reads the catalog: give --po or --input, not both")
+    if args.n_best > 1 or args.plot_attention:
+        parser.error("--n-best and --plot-attention are for lines, not for --po")
 
 
 def _lines(count: int) -> str:
@@ -42,6 +84,8 @@ def _lines(count: int) -> str:
 
 
 def translate(args) -> int:
+    if args.po is not None:
+        return translate_catalog(args)
     if args.plot_attention:
         os.makedirs(args.plot_attention, exist_ok=True)
     translator, _, _ = common.load_translator(args)
@@ -96,12 +140,57 @@ def translate_stream(translator, source, target, args) -> int:
     return count
 
 
+def translate_catalog(args) -> int:
+    """--po: fill the catalog's untranslated entries and write it to --output (or stdout)."""
+    from gnmt_tf.localization import po, po_translation
+
+    catalog = po.read_po(args.po)  # a malformed catalog stops the command before the model loads
+    translator, _, _ = common.load_translator(args)
+    report = po_translation.fill_catalog(catalog, lambda lines: _translate_lines(translator, lines, args),
+                                         retranslate=args.po_retranslate, language=args.po_language)
+    if args.output:
+        catalog.save(args.output)  # a temporary file renamed into place: never half written
+    else:
+        _write_to_stdout(catalog)
+    print(report.summary(), file=sys.stderr)
+    return 0
+
+
+def _translate_lines(translator, lines, args):
+    """The translations of ``lines``, ``args.chunk_size`` at a time, with a progress line after each chunk."""
+    overrides = common.decoding_overrides(args)
+    started = time.monotonic()
+    translations = []
+    for start in range(0, len(lines), args.chunk_size):
+        results = translator.translate(list(lines[start:start + args.chunk_size]), **overrides)
+        common.warn_truncated(results, translator.max_input_length)
+        translations.extend(result.text for result in results)
+        rate = len(translations) / max(time.monotonic() - started, 1e-9)
+        print(f"translated {_lines(len(translations))} of {len(lines):,} ({rate:.1f} lines/s)",
+              file=sys.stderr, flush=True)
+    return translations
+
+
+def _write_to_stdout(catalog) -> None:
+    """The catalog in its own charset to stdout (as text where stdout has no byte stream)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(catalog.to_text())
+        return
+    data = catalog.to_bytes()  # encoded before anything is written
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
 COMMAND = Command(
     defined_in(__spec__.name), __doc__, add_arguments, translate,
-    check=common.check_plot_attention,
+    check=check,
     examples=("--model-dir runs/en-fr < in.txt > out.txt",
-              "--model-dir runs/en-fr --n-best 4 --beam-width 8 < in.txt"),
-    # The translator's ValueError: a request it cannot decode (more n-best entries than the beam holds).
+              "--model-dir runs/en-fr --n-best 4 --beam-width 8 < in.txt",
+              "--model-dir runs/en-fr --po messages.pot --po-language fr --output fr.po"),
+    # The translator's ValueError: a request it cannot decode (more n-best entries than the beam holds);
+    # gnmt_tf.localization.po.PoError, a ValueError too: a malformed catalog (its file and line).
     exit_statuses=lambda: {ValueError: 2},
 )
 main, build_parser = COMMAND.main, COMMAND.build_parser
