@@ -126,13 +126,13 @@ def test_every_benchmark_script_keeps_its_results_through_the_harness():
 
 
 def test_paths_kept_in_results_are_not_machine_paths(harness):
-    """The model paths the artifact and TFLite profile benchmarks record: relative to the checkout or the
-    home folder, never this machine's absolute path."""
+    """The model paths the artifact, Pareto and TFLite profile benchmarks record: relative to the checkout or
+    the home folder, never this machine's absolute path."""
     home = os.path.expanduser("~")
     assert harness.portable_path(os.path.join(ROOT, "runs", "en-fr")) == os.path.join("runs", "en-fr")
     assert harness.portable_path("runs/en-fr") == "runs/en-fr"
     if home not in ("", "/") and not ROOT.startswith(home + os.sep):
         assert harness.portable_path(os.path.join(home, "models", "x.tflite")) == "~/models/x.tflite"
-    for script_name in ("artifact_benchmark", "tflite_profile_benchmark"):
+    for script_name in ("artifact_benchmark", "pareto_benchmark", "tflite_profile_benchmark"):
         with open(script(script_name), encoding="utf-8") as handle:
             assert "portable_path(" in handle.read(), script_name
