@@ -305,58 +305,75 @@ class Sitting:
                 "batch1_sentences": a.batch1_sentences, "bleu_batch": a.bleu_batch, "bleu_threads": self.threads[-1],
                 "int8_check_sentences": a.int8_check_sentences, "quick": a.quick}
 
-    def measure(self, system: System, artifact: str, workdir: str) -> Dict:
-        """The row of ``system`` as ``artifact``: export, then a worker per thread count."""
-        a, timeout = self.args, self.args.timeout_minutes * 60
+    def measure(self, system: System, artifact: str, workdir: str, where: str = "") -> Dict:
+        """The row of ``system`` as ``artifact``: export, then a worker per thread count (``where``: the row's
+        place in the sitting, for the progress lines)."""
         base = os.path.join(workdir, system.name, artifact)
         shutil.rmtree(base, ignore_errors=True)  # this sitting's own directory: version 1 again
-        row = {"sitting": self.id, "system": system.name, "kind": system.kind,
-               "model_dirs": [portable_path(os.path.abspath(d)) for d in system.model_dirs],
-               "checkpoint_choice": f"last{system.last_checkpoints}" if system.last_checkpoints
-               else list(system.checkpoints),
-               "artifact": artifact,
-               "test": {"path": portable_path(self.test), "sha256_16": file_digest(self.test),
-                        "pairs": self.test_pairs, "own_test_splits": own_test_splits(system, self.test)},
-               "settings": self.settings(), "errors": [], "workers": []}
-        self.progress(f"{system.name} as {artifact}: exporting")
+        row = self.new_row(system, artifact)
+        self.progress(f"{where}{system.name} as {artifact}: exporting")
+        path = self.export(row, system, base, workdir)
+        if path is None:
+            return row
+        row["speed"], row["words_per_second"] = [], {}
+        for threads in self.threads:
+            bleu = threads == self.threads[-1]  # threads do not change the translations: scored once
+            self.progress(f"{where}{system.name} as {artifact}: {threads} thread(s)" + (", test BLEU" if bleu else ""))
+            self.time_and_score(row, system, path, threads, base + ".test.hyp" if bleu else None, workdir)
+        return row
+
+    def new_row(self, system: System, artifact: str) -> Dict:
+        """What a row records before anything is measured: the system, the artifact, the test split, the settings."""
+        return {"sitting": self.id, "system": system.name, "kind": system.kind,
+                "model_dirs": [portable_path(os.path.abspath(d)) for d in system.model_dirs],
+                "checkpoint_choice": f"last{system.last_checkpoints}" if system.last_checkpoints
+                else list(system.checkpoints),
+                "artifact": artifact,
+                "test": {"path": portable_path(self.test), "sha256_16": file_digest(self.test),
+                         "pairs": self.test_pairs, "own_test_splits": own_test_splits(system, self.test)},
+                "settings": self.settings(), "errors": [], "workers": []}
+
+    def export(self, row: Dict, system: System, base: str, workdir: str) -> Optional[str]:
+        """Export the row's artifact below ``base`` in a worker; its version directory, None when it failed."""
         exported, info = run_job_in_worker(__file__, {
-            "task": "export", "artifact": artifact, "output": base, "members": system.export_members(),
-            "int8_check_sentences": a.int8_check_sentences}, self.threads[-1], timeout)
+            "task": "export", "artifact": row["artifact"], "output": base, "members": system.export_members(),
+            "int8_check_sentences": self.args.int8_check_sentences}, self.threads[-1], self.args.timeout_minutes * 60)
         row["workers"].append({"task": "export", **info})
         if "error" in exported:
             row["errors"].append({"task": "export", "error": portable_text(exported["error"], workdir)})
-            return row
+            return None
         row["export"] = {key: value for key, value in exported.items() if key not in ("path", "log")}
         row["export"]["log"] = [portable_text(line, workdir) for line in exported["log"]]
         row["size_mb"] = round(exported["size_bytes"] / 1e6, 1)
-        row["speed"], row["words_per_second"] = [], {}
-        for threads in self.threads:
-            self.progress(f"{system.name} as {artifact}: {threads} thread(s)")
-            bleu = threads == self.threads[-1]
-            answer, info = run_job_in_worker(__file__, {
-                "task": "measure", "artifact": artifact, "path": exported["path"], "test": self.test,
-                "passes": speed_passes(a), "bleu": bleu, "test_sentences": a.test_sentences,
-                "bleu_batch": a.bleu_batch, "config": os.path.join(system.model_dirs[0], "config.yaml"),
-                "hypotheses": base + ".test.hyp" if bleu else None}, threads, timeout)
-            row["workers"].append({"task": "measure", **info})
-            if "error" in answer:
-                row["errors"].append({"task": "measure", "threads": threads,
-                                      "error": portable_text(answer["error"], workdir)})
-                continue
-            if "test_bleu" in answer:
-                row["test_bleu"] = answer.pop("test_bleu")
-            row["speed"].append(answer)
-            for measured in answer["passes"]:
-                row["words_per_second"][speed_key(measured["batch"], threads)] = \
-                    measured["second_pass"]["words_per_second"]
-        return row
+        return exported["path"]
+
+    def time_and_score(self, row: Dict, system: System, path: str, threads: int, hypotheses: Optional[str],
+                       workdir: str) -> None:
+        """The artifact at ``path`` timed with ``threads`` in a worker (and, given a ``hypotheses`` file to write,
+        scored on the test split), into ``row``."""
+        a = self.args
+        answer, info = run_job_in_worker(__file__, {
+            "task": "measure", "artifact": row["artifact"], "path": path, "test": self.test,
+            "passes": speed_passes(a), "bleu": hypotheses is not None, "test_sentences": a.test_sentences,
+            "bleu_batch": a.bleu_batch, "config": os.path.join(system.model_dirs[0], "config.yaml"),
+            "hypotheses": hypotheses}, threads, a.timeout_minutes * 60)
+        row["workers"].append({"task": "measure", **info})
+        if "error" in answer:
+            row["errors"].append({"task": "measure", "threads": threads,
+                                  "error": portable_text(answer["error"], workdir)})
+            return
+        if "test_bleu" in answer:
+            row["test_bleu"] = answer.pop("test_bleu")
+        row["speed"].append(answer)
+        for measured in answer["passes"]:
+            row["words_per_second"][speed_key(measured["batch"], threads)] = measured["second_pass"]["words_per_second"]
 
     def run(self, systems: Sequence[System], workdir: str) -> str:
         """Every system as every artifact, each row recorded as it is measured; returns the sitting's id."""
         for number, system in enumerate(systems, 1):
-            for artifact in self.args.artifacts:
-                self.progress(f"system {number}/{len(systems)}")
-                row = self.measure(system, artifact, workdir)
+            for count, artifact in enumerate(self.args.artifacts, 1):
+                where = f"system {number}/{len(systems)}, artifact {count}/{len(self.args.artifacts)}: "
+                row = self.measure(system, artifact, workdir, where)
                 write_report(self.args.output, row, __file__, self.argv)
                 bleu = row.get("test_bleu", {}).get("bleu", "-")
                 self.progress(f"{system.name} as {artifact}: test BLEU {bleu}, words/s {row.get('words_per_second')}"
@@ -467,7 +484,8 @@ def pareto_figure(rows: Sequence[Dict]):
 
     key = frontier_key(rows)
     threads = max(rows[0]["settings"]["threads"])
-    batched = [speed_key(batch, threads) for batch in rows[0]["settings"]["batches"] if speed_key(batch, threads) != key]
+    batched = [other for other in (speed_key(batch, threads) for batch in rows[0]["settings"]["batches"])
+               if other != key]
     figure = _new_figure(8.0, 5.5)
     axes = figure.add_subplot()
     systems = list(dict.fromkeys(row["system"] for row in rows))
@@ -517,8 +535,8 @@ def _flattened(values, kind=str) -> List:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--system", action="append", default=[], metavar="NAME=SPEC",
                         help="a system: DIR, DIR1+DIR2 (an ensemble), DIR@lastK; DIR@best|latest|averaged (repeat)")
     parser.add_argument("--test", help="the test TSV every system is scored on (default: the first system's "
