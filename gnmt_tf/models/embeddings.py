@@ -14,10 +14,11 @@ parallelism:
   embedding. The kernel (and the softmax bias) stays the one stored variable, under its own
   checkpoint name; the lookups read its columns through the weight reader as the softmax's products
   read the kernel (:meth:`gnmt_tf.layers.weights.WeightReader.lookup_columns`), so whatever a weight
-  transform makes of the kernel, the embeddings are that too: :class:`~gnmt_tf.quantization.weights.Int8Weights`'
-  int8 columns, whose eq. 12 scales are one per output unit, i.e. one per wordpiece (the separate
-  tables get one per row), or :class:`~gnmt_tf.quantization.weights.FakeQuantizedWeights`' rounded
-  kernel. Its gradient is the sum of the three uses'.
+  transform makes of the kernel, the embeddings are that too:
+  :class:`~gnmt_tf.quantization.weights.Int8Weights`' int8 columns, whose eq. 12 scales are one per
+  output unit, i.e. one per wordpiece (the separate tables get one per row), or
+  :class:`~gnmt_tf.quantization.weights.FakeQuantizedWeights`' rounded kernel. Its gradient is the sum
+  of the three uses'.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class SeparateEmbeddings:
         self.target_layer = target_layer
 
     def source_device(self, placement) -> Optional[str]:
-        """Where the source table lives under model parallelism: with the bottom encoder layer that reads it."""
+        """Where the source table lives under model parallelism: with the bottom encoder layer, its reader."""
         return placement.encoder[0] if placement else None
 
     def target_device(self, placement) -> Optional[str]:

@@ -70,8 +70,8 @@ def test_source_and_target_embeddings_are_the_transposed_softmax_kernel(rng):
 
 
 def test_a_training_step_moves_the_table_by_the_gradients_of_all_three_uses(rng):
-    """The tied kernel's update is -lr x (softmax gradient + source and target embedding gradients, transposed),
-    each computed on an untied model whose three tables hold the same numbers."""
+    """The tied kernel's update is -lr x (softmax gradient + source and target embedding gradients,
+    transposed), each computed on an untied model whose three tables hold the same numbers."""
     tied = build(tiny_model_config(**TIED), weight_scale=0.3)
     untied = build(tiny_model_config(**SHALLOW_MODEL))
     by_name = {w.name: w.numpy() for w in tied.weights}
@@ -137,7 +137,7 @@ def test_checkpoint_round_trip_translates_identically(tied_model_dir, rng):
     checkpoint = model_files.find_checkpoint(model_dir, "latest")
     stored = [name for name, _ in tf.train.list_variables(checkpoint) if name.startswith("model/")]
     assert not [name for name in stored if "embedding" in name]  # the one table is the softmax kernel
-    loaded, _, _ = model_files.load_model_dir(model_dir, "latest")  # a fresh model, as every command loads one
+    loaded, _, _ = model_files.load_model_dir(model_dir, "latest")  # a fresh model, as the commands load
     source = random_ids(rng, 4, 6, model.model_config.vocab_size)
     expected = greedy_translation(model, source)
     assert len({tuple(row) for row in expected}) == 4  # the sentences translate differently
@@ -178,7 +178,7 @@ def test_exports_translate_as_the_python_translator(tied_model_dir, tmp_path, fo
     from export.exporters import ExportRequest, export
 
     if format_name == "tflite":
-        pytest.importorskip("ai_edge_litert", reason="the LiteRT interpreter (pip install ai-edge-litert) is needed")
+        pytest.importorskip("ai_edge_litert", reason="the LiteRT interpreter (pip install ai-edge-litert)")
     model_dir = tied_model_dir[0]
     log = []
     request = ExportRequest(model_dir=model_dir, output=str(tmp_path / "gnmt"), checkpoint="latest",
