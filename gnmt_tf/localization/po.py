@@ -239,7 +239,7 @@ def parse_po(data, path: str = "<catalog>") -> Catalog:
     parser = _Parser(path, charset)
     for number, raw in enumerate(lines, 1):
         parser.feed(number, raw)
-    catalog.entries, catalog.trailing_lines = parser.finish(len(lines))
+    catalog.entries, catalog.trailing_lines = parser.finish()
     return catalog
 
 
@@ -346,7 +346,7 @@ class _Parser:
             self.entries.append(self.current.build())
             self.current = None
 
-    def finish(self, last_line: int) -> Tuple[List[Entry], List[str]]:
+    def finish(self) -> Tuple[List[Entry], List[str]]:
         """(the entries, the raw lines after the last one) once every line is read."""
         current = self.current
         if current is not None and current.stage != MSGSTR:
