@@ -4,7 +4,7 @@
         --system teacher1=runs/pareto/teacher1 --system teacher2=runs/pareto/teacher2 \\
         --system ensemble=runs/pareto/teacher1+runs/pareto/teacher2 \\
         --system last4=runs/pareto/teacher1@last4 --system student=runs/pareto/student
-    python benchmarks/pareto_benchmark.py --summary          # the last sitting's table, for the docs
+    python benchmarks/pareto_benchmark.py --summary          # the last sitting's table, for the docs (or: --summary S1 S2)
     python benchmarks/pareto_benchmark.py --quick --system tiny=/tmp/tiny   # minutes; writes to /tmp
 
 A system (``--system NAME=SPEC``) is what docs/ensembles_and_students.md ships: ``DIR`` a single
@@ -394,16 +394,23 @@ def pareto_frontier(points: Sequence[Tuple[float, float]]) -> List[int]:
     return sorted(frontier)
 
 
-def sitting_rows(path: str, sitting: Optional[str] = None) -> List[Dict]:
-    """The runs of one sitting in the results file (default: the newest run's sitting)."""
+def sitting_rows(path: str, sittings: Sequence[str] = ()) -> List[Dict]:
+    """The runs of the given sittings in the results file, in recorded order (default: the newest run's
+    sitting). Several sittings make one table and picture: systems measured by invocations one after
+    another on the same machine and test split (e.g. some systems with fewer artifacts)."""
     runs = load(path, BENCHMARK)["runs"]
     if not runs:
         raise SystemExit(f"no runs in {path}: measure a sitting first")
-    sitting = sitting or runs[-1].get("sitting")
-    rows = [run for run in runs if run.get("sitting") == sitting]
-    if not rows:
-        raise SystemExit(f"no runs of sitting {sitting} in {path}")
-    return rows
+    wanted = set(sittings) or {runs[-1].get("sitting")}
+    missing = wanted - {run.get("sitting") for run in runs}
+    if missing:
+        raise SystemExit(f"no runs of sitting {', '.join(sorted(missing))} in {path}")
+    return [run for run in runs if run.get("sitting") in wanted]
+
+
+def sittings_of(rows: Sequence[Dict]) -> str:
+    """The sittings of ``rows``, for a table's or a picture's title."""
+    return ", ".join(dict.fromkeys(row["sitting"] for row in rows))
 
 
 def bleu_of(row: Dict) -> Optional[float]:
@@ -429,7 +436,7 @@ def markdown(rows: Sequence[Dict]) -> str:
     keys = [speed_key(batch, threads) for batch in settings["batches"] for threads in settings["threads"]]
     on_frontier = {id(row) for row in frontier_rows(rows, frontier_key(rows))}
     first = rows[0]
-    lines = [f"sitting {first['sitting']}, commit {first.get('commit')}, "
+    lines = [f"sitting {sittings_of(rows)}, commit {first.get('commit')}, "
              f"{(first.get('cpu') or {}).get('model')}; test {first['test']['path']} "
              f"({first['test']['pairs']} pairs); words/s: b = batch, t = threads", "",
              "| system | artifact | test BLEU | " + " | ".join(f"words/s {key.replace('_', '/')}" for key in keys)
@@ -511,7 +518,7 @@ def pareto_figure(rows: Sequence[Dict]):
     axes.set_xscale("log")
     axes.set_xlabel(f"words/s at {speed_label(key)}" + (f" (hollow: {speed_label(batched[-1])})" if batched else ""))
     axes.set_ylabel(f"test BLEU ({rows[0]['test']['path']})")
-    axes.set_title(f"From the most accurate to the fastest: sitting {rows[0]['sitting']}", fontsize=10)
+    axes.set_title(f"From the most accurate to the fastest: sitting {sittings_of(rows)}", fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     handles = [Line2D([], [], color=colours[s], marker="o", ls="", label=s) for s in systems]
     handles += [Line2D([], [], color="0.3", marker=m, ls="", label=a) for a, m in MARKERS.items()
@@ -563,8 +570,9 @@ def parse_args(argv=None):
                         help="default benchmarks/results/pareto.json (--quick: pareto_quick.json in the temp dir)")
     parser.add_argument("--picture", default=None,
                         help="default docs/pareto.png (--quick: pareto_quick.png in the temp dir; --summary: none)")
-    parser.add_argument("--summary", nargs="?", const="newest", default=None, metavar="SITTING",
-                        help="print the table of a recorded sitting (default: the newest) and measure nothing")
+    parser.add_argument("--summary", nargs="*", default=None, metavar="SITTING",
+                        help="print the table of recorded sittings (default: the newest; several make one "
+                             "table and picture) and measure nothing")
     parser.add_argument("--quick", action="store_true", help="few sentences: for development, minutes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
@@ -579,7 +587,7 @@ def parse_args(argv=None):
     temporary = tempfile.gettempdir()
     args.output = args.output or (os.path.join(temporary, "pareto_quick.json") if args.quick
                                   else os.path.join(HERE, "results", "pareto.json"))
-    if args.picture is None and not args.summary:
+    if args.picture is None and args.summary is None:
         args.picture = (os.path.join(temporary, "pareto_quick.png") if args.quick
                         else os.path.join(ROOT, "docs", "pareto.png"))
     args.sentences = args.sentences or (16 if args.quick else 200)
@@ -590,7 +598,7 @@ def parse_args(argv=None):
         args.systems = [parse_system(text) for text in args.system]
     except ValueError as error:
         parser.error(str(error))
-    if not (args.worker or args.summary):
+    if not args.worker and args.summary is None:
         check_systems(parser, args)
     return args
 
@@ -619,8 +627,8 @@ def main(argv=None) -> int:
         job = json.loads(args.job)
         print(json.dumps(WORKERS[job.pop("task")](job, args.threads[0])))
         return 0
-    if args.summary:
-        rows = sitting_rows(args.output, None if args.summary == "newest" else args.summary)
+    if args.summary is not None:
+        rows = sitting_rows(args.output, args.summary)
     else:
         sys.path.insert(0, ROOT)
         workdir = args.workdir or tempfile.mkdtemp(prefix="gnmt_pareto_")
@@ -628,7 +636,7 @@ def main(argv=None) -> int:
         sitting = Sitting(args, argv)
         sitting.progress(f"{len(args.systems)} system(s) x {len(args.artifacts)} artifact(s), artifacts in {workdir}")
         try:
-            rows = sitting_rows(args.output, sitting.run(args.systems, workdir))
+            rows = sitting_rows(args.output, [sitting.run(args.systems, workdir)])
         finally:
             if not args.workdir:
                 shutil.rmtree(workdir, ignore_errors=True)

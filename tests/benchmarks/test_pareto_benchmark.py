@@ -94,7 +94,11 @@ def test_the_summary_reads_the_newest_sitting_of_the_results_file(tool, tmp_path
         harness.record(path, row, "pareto_benchmark")
     assert [row["system"] for row in tool.sitting_rows(path)] == ["teacher", "teacher", "ensemble", "ensemble",
                                                                   "student"]
-    assert [row["system"] for row in tool.sitting_rows(path, "2026-11-01T00:00:00")] == ["old"]
+    assert [row["system"] for row in tool.sitting_rows(path, ["2026-11-01T00:00:00"])] == ["old"]
+    both = tool.sitting_rows(path, ["2026-11-01T00:00:00", _sitting()[0]["sitting"]])
+    assert [row["system"] for row in both] == ["old", "teacher", "teacher", "ensemble", "ensemble", "student"]
+    with pytest.raises(SystemExit, match="no runs of sitting 2026-10-01"):
+        tool.sitting_rows(path, ["2026-10-01T00:00:00"])
     assert tool.main(["--summary", "--output", path, "--picture", str(tmp_path / "pareto.png")]) == 0
     assert "| ensemble | saved_model_float | 34.00 |" in capsys.readouterr().out
     assert (tmp_path / "pareto.png").read_bytes().startswith(b"\x89PNG")
