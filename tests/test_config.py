@@ -220,3 +220,16 @@ def test_small_long_is_small_with_the_documented_overrides():
         section, key = dotted.split(".")
         assert getattr(getattr(small, section), key) != value, f"{dotted} is already {value!r} in small"
     assert small.replace(**SMALL_LONG_OVERRIDES) == load_config("small_long")
+
+
+# What configs/student.yaml changes in `small` (docs/ensembles_and_students.md), and tiny_student.yaml in `tiny`.
+STUDENT_OVERRIDES = {"model.decoder_layers": 2, "model.tied_embeddings": True}
+
+
+@pytest.mark.parametrize("name, base", [("student", "small"), ("tiny_student", "tiny")])
+def test_a_student_is_its_base_with_a_two_layer_decoder_and_tied_embeddings(name, base):
+    with open(os.path.join(CONFIG_DIR, f"{name}.yaml"), encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle)
+    assert raw.pop("base") == base
+    assert {f"{section}.{key}" for section, values in raw.items() for key in values} == set(STUDENT_OVERRIDES)
+    assert load_config(base).replace(**STUDENT_OVERRIDES) == load_config(name)
