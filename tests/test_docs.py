@@ -216,8 +216,8 @@ PARSE_ONLY = {
     "gnmt_tf.distill --model-dir runs/a --model-dir runs/b --output runs/distilled.tsv":
         "translates the 60k built-in pairs with an ensemble: hours; tests/training/test_distillation.py "
         "distils a small TSV through the command line",
-    "gnmt_tf.train --model-dir runs/student --train runs/distilled.tsv --vocab-and-splits-from runs/a":
-        "trains the small config for ten minutes on the distilled pairs",
+    "gnmt_tf.train --config student --model-dir runs/student --train runs/distilled.tsv --vocab-and-splits-from runs/a":
+        "trains the student config for ten minutes on the distilled pairs",
     "gnmt_tf.summary --config small":
         "builds the small model: ~15 s; tests/cli/test_summary_cli.py checks the printed count against one by hand",
     "gnmt_tf.translate --model-dir runs/en-fr --po messages.pot --po-language fr --output fr.po":
