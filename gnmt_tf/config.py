@@ -1,13 +1,14 @@
 """The one configuration system: dataclasses loaded from YAML and validated.
 
-A config file has up to six sections, each a dataclass below::
+A config file has up to seven sections, each a dataclass below::
 
-    model:     the network (paper sections 3, 6, 8)
-    training:  the optimisation recipe (section 8.3) and the delta schedule (section 6)
-    decoding:  beam search (section 7)
-    data:      wordpieces and batching (sections 4.1, 8.3)
-    parallel:  model parallelism and the hybrid scheme (section 3.3)
-    rl:        refinement with the GLEU reward (section 5)
+    model:         the network (paper sections 3, 6, 8)
+    training:      the optimisation recipe (section 8.3) and the delta schedule (section 6)
+    decoding:      beam search (section 7)
+    data:          wordpieces and batching (sections 4.1, 8.3)
+    parallel:      model parallelism and the hybrid scheme (section 3.3)
+    rl:            refinement with the GLEU reward (section 5)
+    localization:  software messages: format placeholders and markup kept through translation
 
 Every field has a default and a docstring (``field_doc``).  Loading is strict:
 an unknown key, a value of the wrong type or a value outside its allowed range
@@ -28,6 +29,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 import yaml
 
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_problem
+from gnmt_tf.localization.placeholders import EXTRA_FIELD, extra_pattern_problem
 
 
 class ConfigError(ValueError):
@@ -527,6 +529,33 @@ class RLConfig:
 
 
 @dataclass
+class LocalizationConfig:
+    """Software messages: format placeholders and markup kept exactly through translation.
+
+    The pattern set, the masking and the restoring are gnmt_tf.localization.placeholders."""
+
+    placeholders: bool = _doc(
+        "If true, the placeholders of a message (printf's %s and %1$d, Python's %(name)s and {0}, ${var}, "
+        "HTML/XML tags, character entities) are replaced by reserved slot tokens before translation and put "
+        "back after it, so that the translation keeps each exactly (gnmt_tf.localization.placeholders). Not read "
+        "yet: training, translation and export translate the text as it is whatever this says.",
+        default=False,
+    )
+    extra_placeholder_patterns: List[str] = _doc(
+        "More placeholder classes, Python regular expressions matched after the built-in ones (e.g. "
+        "'%[0-9]+' for Qt's %1); each must compile and must not match the empty string. Used only with "
+        "placeholders: true.",
+        default_factory=list,
+    )
+
+    def validate(self, where: str) -> None:
+        for index, pattern in enumerate(self.extra_placeholder_patterns):
+            problem = extra_pattern_problem(pattern)
+            if problem is not None:
+                raise ConfigError(f"{where}.{EXTRA_FIELD}[{index}]: {pattern!r} {problem}")
+
+
+@dataclass
 class GNMTConfig:
     """A whole run: model, training recipe, decoding and data settings."""
 
@@ -536,6 +565,7 @@ class GNMTConfig:
     data: DataConfig = field(default_factory=DataConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    localization: LocalizationConfig = field(default_factory=LocalizationConfig)
 
     def validate(self) -> "GNMTConfig":
         for f in dataclasses.fields(self):

@@ -280,3 +280,38 @@ def test_check_counts_placeholders_beyond_the_slots():
     source = " ".join(["%s"] * (MAX_SLOTS + 2))
     assert check(source, " ".join(["%s"] * MAX_SLOTS)).messages() == ["printf: missing %s, %s"]
 
+
+# ------------------------------------------------------------------------------------ the config section
+def test_the_localization_section_is_off_by_default():
+    from gnmt_tf.config import GNMTConfig, from_dict, load_config
+
+    assert GNMTConfig().localization.placeholders is False
+    assert GNMTConfig().localization.extra_placeholder_patterns == []
+    assert load_config("tiny").localization == GNMTConfig().localization  # no shipped config changes
+    config = from_dict({"localization": {"placeholders": True, "extra_placeholder_patterns": ["%[0-9]+", "@\\w+@"]}})
+    assert config.localization.placeholders is True
+    assert found("%1 @name@", pattern_set(config.localization.extra_placeholder_patterns)) == [
+        ("extra_placeholder_patterns[0]", "%1"), ("extra_placeholder_patterns[1]", "@name@")]
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"extra_placeholder_patterns": ["%[0-9]+", "(unclosed"]},
+     "localization.extra_placeholder_patterns[1]: '(unclosed' is not a valid regular expression: missing ), "
+     "unterminated subpattern at position 0"),
+    ({"extra_placeholder_patterns": ["[0-9]*"]},
+     "localization.extra_placeholder_patterns[0]: '[0-9]*' matches the empty string (in ''); a placeholder "
+     "must be at least one character"),
+    ({"extra_placeholder_patterns": ["\\b"]},
+     "localization.extra_placeholder_patterns[0]: '\\\\b' matches the empty string (in 'x'); a placeholder "
+     "must be at least one character"),
+    ({"extra_placeholder_patterns": "%[0-9]+"}, "localization.extra_placeholder_patterns: expected a list"),
+    ({"extra_placeholder_patterns": [3]}, "localization.extra_placeholder_patterns[0]: expected a string, got 3"),
+    ({"placeholders": "yes"}, "localization.placeholders: expected true or false, got 'yes'"),
+    ({"placeholder": True}, "unknown key 'localization.placeholder'; did you mean 'placeholders'?"),
+])
+def test_the_localization_section_names_the_field_and_the_pattern_it_refuses(section, message):
+    from gnmt_tf.config import ConfigError, from_dict
+
+    with pytest.raises(ConfigError) as err:
+        from_dict({"localization": section})
+    assert str(err.value).startswith(message)
