@@ -236,7 +236,9 @@ def load_translate(tf, name, job, threads):
         translator = Translator(model, tokenizer, decoding, batch_size=max(job["batches"] + [job["bleu_batch"]]),
                                 shortlist=shortlist, precompute_target_inputs=True,
                                 weight_transform=weight_transform)
-        return translator.translate
+        from gnmt_tf.inference.results import texts
+
+        return lambda batch: texts(translator.translate(batch))  # Translations -> their text
     path = job["paths"][name]
     if spec["format"] == "saved_model":
         loaded = tf.saved_model.load(path)
