@@ -85,8 +85,8 @@ placeholder beyond the 16th stays text (the model sees it as it is; :func:`check
 The slot token is a word of its own for a tokenizer that splits on white space: mask puts one space
 between the token and a neighbouring character that is not white space (Unicode's White_Space, what
 the tokenizer splits on), and records which sides it glued to (``Placeholder.glued_before``,
-``glued_after``): ``"(%s):"`` becomes ``"( S1 ) :"``, ``"<b>bold</b>"`` ``"S1 bold S2"``, ``"%s%s"``
-``"S1 S2"`` (one space between two tokens).
+``glued_after``). Writing SN for slot token N: ``"(%s):"`` becomes ``"( S1 ):"``, ``"<b>bold</b>"``
+``"S1 bold S2"``, ``"%s%s"`` ``"S1 S2"`` (one space between two tokens).
 
 :func:`restore` puts each slot's text back and removes, on each side of the token that the source
 glued to, one space next to the token if the translation has one there: the translation gets the
