@@ -97,7 +97,7 @@ def configuration_page() -> str:
         "trains the `small` config. The paper's terms (δ, beamsize, wordpiece, ...) are explained in "
         "[glossary.md](glossary.md).",
         "",
-        "A config is a YAML file of up to six sections, or the name of a shipped config "
+        f"A config is a YAML file of up to {len(dataclasses.fields(config_module.GNMTConfig))} sections, or the name of a shipped config "
         f"({', '.join(f'`{name}`' for name in names)}: the files `configs/NAME.yaml`). "
         "A field the file leaves out has its default, or, when the file starts with `base: NAME` (a shipped "
         "config, or a file beside it), that config's value: such a file holds only the fields it changes. "
