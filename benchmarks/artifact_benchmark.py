@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import platform
 import shutil
@@ -67,7 +66,7 @@ import sys
 import tempfile
 import time
 
-from harness import SITTING, last_run, portable_path, run_job_in_worker, write_report
+from harness import SITTING, answer_job, last_run, portable_path, run_job_in_worker, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -678,9 +677,7 @@ def markdown(report):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        job = json.loads(args.job)
-        print(json.dumps(WORKERS[job.pop("task")](job, args.threads[0])))
-        return 0
+        return answer_job(args.job, args.threads[0], WORKERS)
 
     started = time.time()
     model_dir = os.path.abspath(args.model_dir)

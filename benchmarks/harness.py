@@ -75,6 +75,13 @@ def run_in_worker_process(script: str, threads: int, worker_args: List[str], tim
     return answer, info
 
 
+def answer_job(job_json: str, threads: int, workers: Dict) -> int:
+    """The worker side of :func:`run_job_in_worker`: run the job's task and print its result as JSON."""
+    job = json.loads(job_json)
+    print(json.dumps(workers[job.pop("task")](job, threads)))
+    return 0
+
+
 def run_job_in_worker(script: str, job: Dict, threads: int, timeout: float) -> Tuple[Dict, Dict]:
     """:func:`run_in_worker_process` of ``SCRIPT --worker --threads N --job JSON``, for a sitting that must go
     on past a failed worker: a worker that fails or times out answers ``{"error": ...}`` instead of raising."""

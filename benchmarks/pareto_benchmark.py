@@ -54,7 +54,7 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from artifact_benchmark import ARTIFACTS, import_tf, load_translate, peak_rss_mb, two_passes
-from harness import load, portable_path, run_job_in_worker, write_report
+from harness import answer_job, load, portable_path, run_job_in_worker, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -624,9 +624,7 @@ def check_systems(parser, args) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        job = json.loads(args.job)
-        print(json.dumps(WORKERS[job.pop("task")](job, args.threads[0])))
-        return 0
+        return answer_job(args.job, args.threads[0], WORKERS)
     if args.summary is not None:
         rows = sitting_rows(args.output, args.summary)
     else:
