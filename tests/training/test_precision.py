@@ -280,6 +280,7 @@ def test_every_method_of_the_inner_transform_is_reached_through_bfloat16_product
         "float_kernel": (kernel,), "kernel_gradient": (x, tf.constant(rng.normal(size=(2, 6)).astype(np.float32))),
         "product": (x, kernel), "columns": (kernel, tf.constant([1, 4])), "partial_product": (kernel, slice(0, 4)),
         "lookup": (kernel, tf.constant([0, 2])), "replaces": (kernel,), "stored_rows": (kernel.numpy(),),
+        "lookup_columns": (kernel, tf.constant([[0, 5]])),  # a tied model's embeddings: kernel columns as rows
     }
     assert sorted(arguments) == sorted(public), "a new WeightTransform method needs a case here"
     wrapped = BFloat16Products(Recording())
