@@ -18,12 +18,13 @@ with "▁" (U+2581), e.g. "▁the"; a continuation piece has no mark, e.g. "ing"
 file, one piece per line.
 
 Learning (:meth:`WordpieceTokenizer.learn`): the alphabet is the ``max_characters`` most frequent
-characters; every alphabet character ``c`` gets both "▁c" and "c", so that every word made of
-alphabet characters can be segmented; the multi-character pieces are learned with sentencepiece's
-BPE trainer (fast C++, and it uses the paper's "▁" word-beginning mark), fed only with words made of
-alphabet characters. Segmenting a word uses greedy longest-match-first (WordPiece's MaxMatch, as in
-tensorflow-text's FastWordpieceTokenizer): the inventory comes from BPE, the segmentation is the
-deterministic left-to-right longest match.
+characters, plus the reserved characters it is given (the slot tokens of masked placeholders); every
+alphabet character ``c`` gets both "▁c" and "c", so that every word made of alphabet characters can
+be segmented; the multi-character pieces are learned with sentencepiece's BPE trainer (fast C++, and
+it uses the paper's "▁" word-beginning mark), fed only with words made of alphabet characters.
+Segmenting a word uses greedy longest-match-first (WordPiece's MaxMatch, as in tensorflow-text's
+FastWordpieceTokenizer): the inventory comes from BPE, the segmentation is the deterministic
+left-to-right longest match.
 
 The in-graph op form (a renaming, not a different model)
 --------------------------------------------------------
@@ -564,37 +565,49 @@ class WordpieceTokenizer(tf.Module):
         vocab_size: int,
         max_characters: int = 500,
         max_bytes_per_word: int = DEFAULT_MAX_BYTES_PER_WORD,
+        reserved_characters: Sequence[str] = (),
     ) -> "WordpieceTokenizer":
         """Learns the shared vocabulary (section 4.1) from the sentences of both languages.
 
-        1. The alphabet is the ``max_characters`` most frequent characters of the words (ties broken
-           by code point), never whitespace, "⁇", "▁", J, U+0000 or U+0011.
+        1. The alphabet is the ``reserved_characters``, then the ``max_characters`` most frequent other
+           characters of the words (ties broken by code point), never whitespace, "⁇", "▁", J, U+0000
+           or U+0011.
         2. Multi-character pieces come from sentencepiece's BPE trainer, fed with the sentences minus
            the words that will be "⁇" anyway (characters outside the alphabet, or too long).
-        3. Vocabulary = special tokens + ("▁c", "c") for every alphabet character + the learned pieces
-           in score order, truncated to at most ``vocab_size`` entries (fewer if BPE finds fewer).
+        3. Vocabulary = special tokens + ("▁c", "c") for every alphabet character, reserved ones first
+           in their given order + the learned pieces in score order, truncated to at most
+           ``vocab_size`` entries (fewer if BPE finds fewer).
+
+        ``reserved_characters``: characters that are in the alphabet whatever their frequency, even if
+        the sentences never hold them, counted in addition to ``max_characters``: the slot tokens of
+        masked placeholders (:data:`gnmt_tf.localization.placeholders.SLOT_TOKENS`), each a word of its
+        own, which a model must be able to read and write although a corpus may hold few of them. With
+        none, the vocabulary is what it would be without the argument.
 
         Deterministic: the same input gives the same vocabulary.
 
         Raises:
             ValueError: ``vocab_size`` cannot hold the special tokens and both forms of every
-                alphabet character.
+                alphabet character (reserved ones included); a reserved character is not one
+                character, is given twice, or is one of the characters never in the alphabet.
         """
         if max_characters < 0:
             raise ValueError(f"max_characters must be >= 0, got {max_characters}")
+        reserved = _checked_reserved(reserved_characters)
         sentence_words = [_split_words(sentence) for sentence in sentences]
         counts: Counter = Counter()
         for words in sentence_words:
             for word in words:
                 counts.update(word)
-        candidates = [c for c in counts if c not in _EXCLUDED_CHARACTERS]
-        alphabet = sorted(candidates, key=lambda c: (-counts[c], ord(c)))[:max_characters]
+        candidates = [c for c in counts if c not in _EXCLUDED_CHARACTERS and c not in reserved]
+        alphabet = reserved + sorted(candidates, key=lambda c: (-counts[c], ord(c)))[:max_characters]
         minimum = len(SPECIAL_TOKENS) + 2 * len(alphabet)
         if vocab_size < minimum:
+            reserved_note = f" ({len(reserved)} of them reserved)" if reserved else ""
             raise ValueError(
                 f"vocab_size={vocab_size} is too small: the {len(SPECIAL_TOKENS)} special tokens and the "
-                f"two forms (\u2581c and c) of the {len(alphabet)} alphabet characters need at least "
-                f"{minimum}; raise vocab_size to {minimum} or more, or lower max_characters"
+                f"two forms (\u2581c and c) of the {len(alphabet)} alphabet characters{reserved_note} need at "
+                f"least {minimum}; raise vocab_size to {minimum} or more, or lower max_characters"
             )
         pieces = list(SPECIAL_TOKENS)
         for c in alphabet:
@@ -655,6 +668,24 @@ class WordpieceTokenizer(tf.Module):
             return cls(pieces, max_bytes_per_word=max_bytes_per_word, ops_cache=ops_cache)
         except ValueError as error:
             raise ValueError(f"{path}: invalid wordpiece vocabulary: {error}") from error
+
+
+def _checked_reserved(characters: Sequence[str]) -> List[str]:
+    """``learn``'s reserved characters as a list, refused (ValueError) unless each is one character that
+    may be in the alphabet, given once."""
+    reserved: List[str] = []
+    for c in characters:
+        if not isinstance(c, str) or len(c) != 1:
+            raise ValueError(f"a reserved character must be one character, got {c!r}")
+        if c in _EXCLUDED_CHARACTERS:
+            raise ValueError(
+                f"U+{ord(c):04X} cannot be a reserved character: it is never in the alphabet (whitespace, "
+                f"\u2047, \u2581, U+F0000, U+0000 and U+0011 are not)"
+            )
+        if c in reserved:
+            raise ValueError(f"the reserved character U+{ord(c):04X} is given twice")
+        reserved.append(c)
+    return reserved
 
 
 def _chunks_for_spm(texts: Iterable[str], max_bytes: int = 4000) -> Iterator[str]:

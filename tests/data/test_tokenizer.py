@@ -513,3 +513,52 @@ def test_piece_strings(tok):
     assert tok.piece_strings(np.array([PAD_ID, BOS_ID, EOS_ID, UNK_ID])) == list(SPECIAL_TOKENS)
     with pytest.raises(IndexError):
         tok.piece_strings([tok.vocab_size])
+
+
+# ---------------------------------------------------------------------------- reserved characters
+
+
+def test_reserved_characters_are_in_the_alphabet_however_rare():
+    """The 16 slot tokens of masked placeholders: in the vocabulary in both forms, right after the special
+    tokens in their given order, though the text holds none of them; the rest of the alphabet is the
+    one learned without them."""
+    from gnmt_tf.localization.placeholders import SLOT_TOKENS
+
+    plain = WordpieceTokenizer.learn(CORPUS, vocab_size=400, max_characters=50)
+    reserved = WordpieceTokenizer.learn(CORPUS, vocab_size=400, max_characters=50,
+                                        reserved_characters=SLOT_TOKENS)
+    assert not any(slot in sentence for slot in SLOT_TOKENS for sentence in CORPUS)
+    assert reserved.pieces[4:4 + 32] == [form for slot in SLOT_TOKENS for form in (WORD_MARK + slot, slot)]
+    assert reserved.alphabet == plain.alphabet | set(SLOT_TOKENS)  # counted beside max_characters
+
+
+def test_a_masked_sentence_reads_each_slot_token_as_one_word_initial_piece():
+    from gnmt_tf.localization.placeholders import SLOT_TOKENS, mask
+
+    sources = ["Open %s in <b>%d</b> windows (%s)?", "{0} files: %(name)s, ${HOME} &amp; %s%s."]
+    masked = [mask(source).text for source in sources]
+    tokenizer = WordpieceTokenizer.learn(masked + CORPUS, vocab_size=400, max_characters=100,
+                                         reserved_characters=SLOT_TOKENS)
+    for text, ids in zip(masked, tokenizer.tokenize(masked).to_list()):
+        slots = [character for character in text if character in SLOT_TOKENS]
+        assert [piece for piece in tokenizer.piece_strings(ids) if set(piece) & set(SLOT_TOKENS)] == [
+            WORD_MARK + slot for slot in slots]
+    assert round_trip(tokenizer, masked) == masked
+
+
+def test_without_reserved_characters_the_vocabulary_is_the_one_learned_before(tok):
+    assert WordpieceTokenizer.learn(CORPUS, vocab_size=400, max_characters=1000,
+                                    reserved_characters=()).pieces == tok.pieces
+
+
+def test_reserved_characters_count_in_the_minimum_size_and_must_be_allowed():
+    assert WordpieceTokenizer.learn(["abcd"], vocab_size=14, reserved_characters="x").vocab_size == 14
+    with pytest.raises(ValueError, match=r"at least 14"):
+        WordpieceTokenizer.learn(["abcd"], vocab_size=13, reserved_characters="x")
+    for excluded in (" ", "\u2047", WORD_MARK, J, "\x00", "\x11"):
+        with pytest.raises(ValueError, match="never in the alphabet"):
+            WordpieceTokenizer.learn(["abcd"], vocab_size=100, reserved_characters=[excluded])
+    with pytest.raises(ValueError, match="one character"):
+        WordpieceTokenizer.learn(["abcd"], vocab_size=100, reserved_characters=["xy"])
+    with pytest.raises(ValueError, match="twice"):
+        WordpieceTokenizer.learn(["abcd"], vocab_size=100, reserved_characters="xx")
