@@ -98,6 +98,10 @@ tokenization the model's output cannot say which it meant). The glue is each pla
 by side: ``"%s%s"`` translated ``"S2 S1"`` gives ``"%s %s"`` (nothing was glued after S2 nor before
 S1). A slot token the placeholders do not know (a number beyond them) is dropped with one space next
 to it.
+
+For training, :func:`mask_pair` masks a source and its reference translation together: the target's
+placeholders get the slots of their counterparts in the source (``"%s of %d"`` / ``"%d de %s"`` becomes
+``"S1 of S2"`` / ``"S2 de S1"``), so that a model learns where each slot of a source goes.
 """
 
 from __future__ import annotations
@@ -388,6 +392,82 @@ def restore(translation: str, placeholders: Sequence[Placeholder]) -> str:
         cursor = index + 1
     pieces.append(translation[cursor:])
     return "".join(pieces)
+
+
+def mask_pair(source: str, target: str, patterns: PatternSet = DEFAULT_PATTERNS) -> Tuple[Masked, Masked]:
+    """A training pair masked: the source by :func:`mask`, and the target with the slot token of each
+    source placeholder it holds, where it holds it, so that a model learns to write slot N where the
+    translation puts the source's Nth placeholder.
+
+    A target placeholder (left to right) takes the slot of its counterpart in the source: a source
+    placeholder not taken yet of its class and its text, printf directives compared without their ``N$``
+    positions as :func:`check` compares them; one with the very same text if there is one (a target's
+    ``%2$s`` takes a source's ``%2$s``), else the first in slot order. So for the source ``"%s %s"`` the
+    target ``"%2$s %1$s"`` is masked ``"S1 S2"``, not ``"S2 S1"``: both slots restore to ``%s``, the
+    restored text is the same either way. A target placeholder without a counterpart stays text (one the
+    source lacks, or whose counterparts are all taken or beyond the source's :data:`MAX_SLOTS`); a source
+    slot the target does not take is simply missing from it.
+
+    The target's slot tokens are words of their own as :func:`mask` makes them, with the target's own
+    glue: its ``placeholders`` has one entry per source slot, the target's placeholder for each slot it
+    holds (its text, class and glue) and the source's for the others (which its text does not hold),
+    so that ``restore(masked_target.text, masked_target.placeholders) == target``.
+
+    Raises ValueError if the source or the target holds a slot token's character.
+    """
+    masked_source = mask(source, patterns)
+    reserved = _SLOT_TOKEN.search(target)
+    if reserved is not None:
+        raise ValueError(
+            f"target holds U+{ord(reserved.group(0)):04X}, a character reserved for placeholder slots, at "
+            f"{reserved.start()}: the pair cannot be masked (no catalog text holds one)"
+        )
+    chosen = _counterpart_slots(masked_source.placeholders, find_placeholders(target, patterns))
+    text, own = _masked_at_slots(target, chosen)
+    placeholders = list(masked_source.placeholders)
+    for slot, placeholder in own:
+        placeholders[slot - 1] = placeholder
+    return masked_source, Masked(text, tuple(placeholders))
+
+
+def _counterpart_slots(slots: Sequence[Placeholder], found: Sequence[Found]) -> List[Tuple[Found, int]]:
+    """The target placeholders (``found``, in order) that have a counterpart among the source's ``slots``,
+    each with its counterpart's slot (:func:`mask_pair`)."""
+    free = list(range(1, len(slots) + 1))  # the slots not taken yet, in order
+    chosen = []
+    for placeholder in found:
+        key = _keys(placeholder.kind, [placeholder.text])[0]
+        matching = [slot for slot in free if slots[slot - 1].kind == placeholder.kind
+                    and _keys(placeholder.kind, [slots[slot - 1].text])[0] == key]
+        if matching:
+            slot = next((slot for slot in matching if slots[slot - 1].text == placeholder.text), matching[0])
+            free.remove(slot)
+            chosen.append((placeholder, slot))
+    return chosen
+
+
+def _masked_at_slots(text: str,
+                     chosen: Sequence[Tuple[Found, int]]) -> Tuple[str, List[Tuple[int, Placeholder]]]:
+    """``text`` with each chosen placeholder replaced by the token of its slot, spaced as :func:`mask`
+    spaces its tokens; and each slot's placeholder, with its glue in ``text``."""
+    pieces: List[str] = []
+    placeholders: List[Tuple[int, Placeholder]] = []
+    cursor = 0
+    for index, (found, slot) in enumerate(chosen):
+        follows = index > 0 and found.start == cursor  # right after the previous token, which put the space
+        after = chosen[index + 1][0].start if index + 1 < len(chosen) else None
+        glued_before = found.start > 0 and (follows or _touches(text, found.start - 1))
+        glued_after = found.end < len(text) and (found.end == after or _touches(text, found.end))
+        pieces.append(text[cursor:found.start])
+        if glued_before and not follows:
+            pieces.append(_SPACE)
+        pieces.append(slot_token(slot))
+        if glued_after:
+            pieces.append(_SPACE)
+        placeholders.append((slot, Placeholder(found.text, found.kind, glued_before, glued_after)))
+        cursor = found.end
+    pieces.append(text[cursor:])
+    return "".join(pieces), placeholders
 
 
 def _placeholder_of(token: str, placeholders: Sequence[Placeholder]) -> Optional[Placeholder]:

@@ -21,6 +21,7 @@ from gnmt_tf.localization.placeholders import (
     check,
     find_placeholders,
     mask,
+    mask_pair,
     pattern_set,
     restore,
     slot_token,
@@ -315,3 +316,93 @@ def test_the_localization_section_names_the_field_and_the_pattern_it_refuses(sec
     with pytest.raises(ConfigError) as err:
         from_dict({"localization": section})
     assert str(err.value).startswith(message)
+
+
+# ------------------------------------------------------------------------------------ training pairs
+@pytest.mark.parametrize("source, target, masked_source, masked_target", [
+    ("%s of %d", "%d de %s", "⟨1⟩ of ⟨2⟩", "⟨2⟩ de ⟨1⟩"),  # reordered: each takes its counterpart's slot
+    ("%s and %s", "%s et %s", "⟨1⟩ and ⟨2⟩", "⟨1⟩ et ⟨2⟩"),  # repeated: in slot order
+    ("%s %s", "%2$s %1$s", "⟨1⟩ ⟨2⟩", "⟨1⟩ ⟨2⟩"),  # positions aside, the keys are equal: in slot order
+    ("%1$s %2$s", "%2$s %1$s", "⟨1⟩ ⟨2⟩", "⟨2⟩ ⟨1⟩"),  # the very same text first
+    ("%s of %d", "%2$d de %1$s", "⟨1⟩ of ⟨2⟩", "⟨2⟩ de ⟨1⟩"),
+    ("Copy %s", "Copier %s vers %d", "Copy ⟨1⟩", "Copier ⟨1⟩ vers %d"),  # not in the source: stays text
+    ("Copy %s", "%s : copier %s", "Copy ⟨1⟩", "⟨1⟩ : copier %s"),  # more often than in the source
+    ("%s", "{0}", "⟨1⟩", "{0}"),  # another class is no counterpart
+    ("Copy %s to %s", "Copier %s", "Copy ⟨1⟩ to ⟨2⟩", "Copier ⟨1⟩"),  # not in the target: missing
+    ("<b>bold</b> %s", "%s <b>gras</b>", "⟨1⟩ bold ⟨2⟩ ⟨3⟩", "⟨3⟩ ⟨1⟩ gras ⟨2⟩"),
+    ('<a href="{url}">here</a>', '<a href="{url}">ici</a>', "⟨1⟩ here ⟨2⟩", "⟨1⟩ ici ⟨2⟩"),
+    ("(%s):", "(%s) :", "( ⟨1⟩ ):", "( ⟨1⟩ ) :"),  # each side's own glue
+    ("%s%s", "%s%x%s", "⟨1⟩ ⟨2⟩", "⟨1⟩ %x ⟨2⟩"),
+    ("%s:%s", "%s%s", "⟨1⟩ : ⟨2⟩", "⟨1⟩ ⟨2⟩"),  # one space between two tokens, as mask puts it
+    ("Open", "Ouvrir", "Open", "Ouvrir"),
+    ("", "", "", ""),
+])
+def test_mask_pair_gives_a_target_placeholder_the_slot_of_its_counterpart(source, target, masked_source,
+                                                                           masked_target):
+    masked = mask_pair(source, target)
+    assert (shown(masked[0].text), shown(masked[1].text)) == (masked_source, masked_target)
+    assert masked[0] == mask(source)
+    assert restore(masked[0].text, masked[0].placeholders) == source
+    assert restore(masked[1].text, masked[1].placeholders) == target
+
+
+def test_the_masked_targets_placeholders_are_its_own_one_per_source_slot():
+    _, target = mask_pair("Copy %s to %s:", "Copier (%1$s)")
+    assert target.placeholders == (Placeholder("%1$s", "printf", True, True),
+                                   Placeholder("%s", "printf", False, True))  # slot 2: the source's
+
+
+def test_a_pair_holding_a_slot_character_is_refused():
+    with pytest.raises(ValueError, match=re.escape("target holds U+F0012, a character reserved")):
+        mask_pair("Copy %s", "Copier " + slot_token(2))
+    with pytest.raises(ValueError, match=re.escape("text holds U+F0011")):
+        mask_pair("Copy " + slot_token(1), "Copier")
+
+
+def catalog_pairs(directory=LOCALE_DIR):
+    """(msgid, msgstr) of the directory's .mo files: each plural form with the msgid_plural, the first
+    with the msgid (contexts dropped)."""
+    pairs = []
+    for path in sorted(glob.glob(os.path.join(directory, "*.mo"))):
+        with open(path, "rb") as handle:
+            data = handle.read()
+        order = "<" if data[:4] == b"\xde\x12\x04\x95" else ">"
+        count, originals, translations = struct.unpack(order + "3I", data[8:20])
+
+        def string(table, index):
+            length, offset = struct.unpack(order + "2I", data[table + 8 * index:table + 8 * index + 8])
+            return data[offset:offset + length]
+
+        charset = re.search(rb"charset=([-\w]+)", string(translations, 0))
+        encoding = charset.group(1).decode() if charset and charset.group(1) != b"CHARSET" else "utf-8"
+        for index in range(1, count):  # 0 is the header
+            sources = string(originals, index).decode(encoding, "replace").rpartition("\x04")[2].split("\x00")
+            targets = string(translations, index).decode(encoding, "replace").split("\x00")
+            pairs += [(sources[min(form, len(sources) - 1)], target) for form, target in enumerate(targets)]
+    return pairs
+
+
+def test_mask_pair_round_trips_every_catalog_pair_and_slots_keep_their_key():
+    """Both sides restore; every slot token of a target stands for a placeholder of the class of the
+    source's, and of its key (printf without positions); a target whose placeholders all take the slots
+    1, 2, ... in order is masked as mask masks it."""
+    pairs = catalog_pairs()
+    if not pairs:
+        pytest.skip(f"no gettext catalogs in {LOCALE_DIR}")
+    with_slots = 0
+    for source, target in pairs:
+        masked_source, masked_target = mask_pair(source, target)
+        assert restore(masked_source.text, masked_source.placeholders) == source
+        assert restore(masked_target.text, masked_target.placeholders) == target
+        for token in {c for c in masked_target.text if slot_token(1) <= c <= slot_token(MAX_SLOTS)}:
+            ours, theirs = (masked.placeholders[ord(token) - ord(slot_token(1))]
+                            for masked in (masked_source, masked_target))
+            assert ours.kind == theirs.kind
+            assert re.sub(r"[0-9]+\$", "", ours.text) == re.sub(r"[0-9]+\$", "", theirs.text)
+            assert masked_target.text.count(token) == 1
+        alone = mask(target)
+        if [c for c in masked_target.text if c >= slot_token(1)] == [c for c in alone.text if c >= slot_token(1)]:
+            assert masked_target.text == alone.text
+            assert masked_target.placeholders[:len(alone.placeholders)] == alone.placeholders
+        with_slots += any(slot_token(1) <= c <= slot_token(MAX_SLOTS) for c in masked_target.text)
+    assert with_slots > len(pairs) // 10
