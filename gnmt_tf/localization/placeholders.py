@@ -71,7 +71,10 @@ version can compile into one automaton (RE2 reads them, but its ``\s`` is ASCII 
 The functions take a :class:`PatternSet` (:data:`DEFAULT_PATTERNS`: the built-in classes). Extensible:
 ``localization.extra_placeholder_patterns`` of the config (:func:`pattern_set`) adds classes after
 the built-in ones, named ``extra_placeholder_patterns[i]``; e.g. ``%[0-9]+`` for Qt's
-``%1``, of which the catalogs here hold none.
+``%1``, of which the catalogs here hold none. The exported model runs all classes as one automaton
+(:mod:`gnmt_tf.localization.automaton`), which refuses lookarounds, backreferences and anchors and
+takes each class's longest match, so an extra pattern should put its longer alternatives first and
+use no lazy quantifier, as the built-in ones do, for the model to find what these functions find.
 
 Masking and restoring
 ---------------------
