@@ -10,16 +10,26 @@ import tf_keras as keras
 from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data import count_filtered, make_dataset
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf.training.masked_pairs import pairs_as_trained
 from gnmt_tf.training.state import Cluster
 
 Pair = Tuple[str, str]
 
 
 class TrainingBatches:
-    """The training pairs, batched with the config's data and training sections (:func:`gnmt_tf.data.make_dataset`)."""
+    """The training pairs, batched with the config's data and training sections (:func:`gnmt_tf.data.make_dataset`).
+
+    ``pairs`` are the pairs as given; :attr:`pairs` those trained on: masked when the config says
+    ``localization.placeholders`` (:mod:`gnmt_tf.training.masked_pairs`)."""
 
     def __init__(self, config: GNMTConfig, pairs: Sequence[Pair], tokenizer: WordpieceTokenizer, cluster: Cluster):
-        self.config, self.pairs, self.tokenizer, self.cluster = config, list(pairs), tokenizer, cluster
+        self.masking = pairs_as_trained(config.localization, pairs)
+        self.config, self.pairs, self.tokenizer, self.cluster = config, self.masking.pairs, tokenizer, cluster
+
+    def placeholder_note(self) -> str:
+        """How many training pairs hold placeholders (and how many were left out), or "" when the config
+        masks none."""
+        return self.masking.note()
 
     def length_filter_note(self) -> str:
         """What data.max_length leaves out of training, or "" when it keeps every pair."""

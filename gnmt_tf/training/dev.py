@@ -26,6 +26,7 @@ from gnmt_tf.models.gnmt import unpack_batch
 from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.objectives import MaximumLikelihood
 from gnmt_tf.training.callbacks import BestScore
+from gnmt_tf.training.masked_pairs import pairs_as_trained
 from gnmt_tf.training.state import Cluster, TrainingState, quantization_aware
 
 Pair = Tuple[str, str]
@@ -61,10 +62,12 @@ class DevEvaluator:
                                      weight_transform=self.dev_weights.transform)
         # Dev pairs are not length-filtered: a batch is bounded to the cells of a training batch
         # (training.batch_cells, or 64 of the longest pairs trained on), so that a long dev pair cannot
-        # exhaust memory (make_dataset).
+        # exhaust memory (make_dataset). The dev loss reads them as training reads its pairs (masked, with
+        # localization.placeholders); dev BLEU translates them as they are.
         longest = config.data.max_length + 1
         self.dev_data = make_dataset(
-            self.dev_pairs, tokenizer.tokenize, batch_size=64, max_length=config.data.max_length,
+            pairs_as_trained(config.localization, self.dev_pairs).pairs, tokenizer.tokenize, batch_size=64,
+            max_length=config.data.max_length,
             bucket_width=config.data.bucket_width, shuffle_buffer=1, seed=0, training=False,
             batch_cells=config.training.batch_cells or 64 * longest * longest,
         )

@@ -113,9 +113,9 @@ class TrainingRun:
         if start >= max_steps:
             self.log(f"already at step {start} >= max_steps {max_steps}: nothing to train")
             return self.result("already done")
-        note = batches.length_filter_note()
-        if note:
-            self.log(note)
+        for note in (batches.placeholder_note(), batches.length_filter_note()):
+            if note:
+                self.log(note)
         data = batches.for_fit(start)
         callbacks = self.callbacks(max_steps, max_minutes, extra_callbacks)
         # Keras "epochs" are only segments of fit here (its progress bar is off); the step counter decides everything.

@@ -22,6 +22,7 @@ from gnmt_tf.config import GNMTConfig
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.training.batches import TrainingBatches
 from gnmt_tf.training.dev import DevEvaluator
+from gnmt_tf.training.masked_pairs import slot_vocabulary_problem
 from gnmt_tf.training.precision import PROC_CPUINFO
 from gnmt_tf.training.run import TrainingDiverged, TrainingRun, TrainResult
 from gnmt_tf.training.state import Cluster, RunCheckpoints, TrainingState, training_objective
@@ -37,7 +38,9 @@ class Trainer:
     Args:
         config: the run's config (``config.model.vocab_size`` must equal the tokenizer's).
         model_dir: where checkpoints, logs, config and vocabulary go.
-        train_pairs, dev_pairs: (source, target) sentences.
+        train_pairs, dev_pairs: (source, target) sentences, as read. With ``localization.placeholders``
+            the model learns from them masked (:mod:`gnmt_tf.training.masked_pairs`): the training pairs
+            and the dev pairs of the dev loss; dev BLEU translates the dev sources as they are.
         tokenizer: the shared wordpiece tokenizer.
         log: where progress messages go (``print`` by default).
         verbose: progress while training (:class:`~gnmt_tf.training.callbacks.Progress`): 1, a line
@@ -80,6 +83,9 @@ class Trainer:
                 f"model.vocab_size ({config.model.vocab_size}) must equal the tokenizer's "
                 f"vocabulary size ({tokenizer.vocab_size})"
             )
+        problem = slot_vocabulary_problem(config.localization, tokenizer.pieces)
+        if problem is not None:
+            raise ValueError(problem)
         self.config = config
         self.cluster = Cluster.of(strategy)
         self.state = TrainingState(config, training_objective(config, tokenizer), self.cluster, cpuinfo)
