@@ -168,7 +168,7 @@ def _run(args) -> int:
 
     if args.vocab_and_splits_from:  # another model of the same vocabulary and held-out splits
         data = _held_out_of(args.vocab_and_splits_from, load_training_pairs(args))
-        tokenizer = model_files.read_tokenizer(args.vocab_and_splits_from)
+        tokenizer = _read_vocabulary(args.vocab_and_splits_from, config)
         print(f"using the vocabulary of {args.vocab_and_splits_from}: {tokenizer.vocab_size:,} wordpieces")
     else:
         data = _load_data(args, config)
@@ -267,6 +267,7 @@ def _run_refine(args) -> int:
         print(f"model directory {model_dir} exists: resuming the fine-tune with its config.yaml")
     else:
         config = _refinement_config(args.refine, init_config, overrides)
+    _check_vocabulary(tokenizer, config, init_dir)
     # The network is the checkpoint's; only dropout may differ in the fine-tune.
     if dataclasses.replace(config.model, dropout=init_config.model.dropout) != init_config.model:
         raise ConfigError(
@@ -380,24 +381,50 @@ def _tokenizer(model_dir, config, train_pairs, resuming):
     from gnmt_tf import model_files
     from gnmt_tf.config import ConfigError
     from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.training.masked_pairs import pairs_as_trained, reserved_characters
 
     if model_files.has_wordpieces(model_dir):
-        tokenizer = model_files.read_tokenizer(model_dir)
+        tokenizer = _read_vocabulary(model_dir, config)
         print(f"using the vocabulary in {model_dir}: {tokenizer.vocab_size:,} wordpieces")
         return tokenizer
     if resuming:
         print(f"warning: {model_dir} has a config but no vocabulary; learning one", file=sys.stderr)
     started = time.monotonic()
-    sentences = [side for pair in train_pairs for side in pair]  # one vocabulary for both languages
+    # Learned from the pairs as the model will read them: masked, with localization.placeholders.
+    as_trained = pairs_as_trained(config.localization, train_pairs).pairs
+    sentences = [side for pair in as_trained for side in pair]  # one vocabulary for both languages
+    reserved = reserved_characters(config.localization)
     try:
-        tokenizer = WordpieceTokenizer.learn(sentences, config.model.vocab_size, config.data.max_characters)
+        tokenizer = WordpieceTokenizer.learn(sentences, config.model.vocab_size, config.data.max_characters,
+                                             reserved_characters=reserved)
     except ValueError as err:  # a vocabulary too small for the alphabet: a config problem
         raise ConfigError(f"model.vocab_size / data.max_characters: {err}") from None
+    slots = f", the {len(reserved)} placeholder slot tokens among them" if reserved else ""
     print(
         f"learned a shared wordpiece vocabulary of {tokenizer.vocab_size:,} pieces "
-        f"({len(tokenizer.alphabet)} basic characters) in {time.monotonic() - started:.1f} s"
+        f"({len(tokenizer.alphabet)} basic characters{slots}) in {time.monotonic() - started:.1f} s"
     )
     return tokenizer
+
+
+def _read_vocabulary(model_dir, config):
+    """The wordpiece vocabulary of ``model_dir``, if it can serve a model of ``config``."""
+    tokenizer = model_files.read_tokenizer(model_dir)
+    _check_vocabulary(tokenizer, config, model_dir)
+    return tokenizer
+
+
+def _check_vocabulary(tokenizer, config, model_dir) -> None:
+    """Refuses the vocabulary of ``model_dir`` for a model of ``config`` when it lacks the placeholder slot
+    tokens that localization.placeholders needs (it was learned from unmasked text)."""
+    from gnmt_tf.training.masked_pairs import slot_vocabulary_problem
+
+    problem = slot_vocabulary_problem(config.localization, tokenizer.pieces)
+    if problem is not None:
+        raise model_files.ModelDirError(
+            f"{model_files.wordpieces_path(model_dir)}: {problem}. Train with localization.placeholders in a "
+            f"new --model-dir (its vocabulary is learned with them), or leave localization.placeholders false"
+        )
 
 
 COMMAND = Command(
