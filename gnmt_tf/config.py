@@ -537,8 +537,13 @@ class LocalizationConfig:
     placeholders: bool = _doc(
         "If true, the placeholders of a message (printf's %s and %1$d, Python's %(name)s and {0}, ${var}, "
         "HTML/XML tags, character entities) are replaced by reserved slot tokens before translation and put "
-        "back after it, so that the translation keeps each exactly (gnmt_tf.localization.placeholders). Not read "
-        "yet: training, translation and export translate the text as it is whatever this says.",
+        "back after it, so that the translation keeps each exactly (gnmt_tf.localization.placeholders). Training "
+        "learns the vocabulary from masked pairs with the 16 slot tokens always in it, and trains on pairs masked on "
+        "both sides: a placeholder of the reference translation takes the slot of its counterpart in the source "
+        "(pairs holding a slot token's character are left out). The dev loss reads masked dev pairs; the dev and "
+        "test splits are kept as they are, and dev BLEU translates the raw dev sources through the translator. Set "
+        "it when a model is first trained: a vocabulary learned without the slot tokens is refused. Translation "
+        "and export do not read it yet: they translate the text as it is whatever this says.",
         default=False,
     )
     extra_placeholder_patterns: List[str] = _doc(
