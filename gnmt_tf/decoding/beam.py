@@ -47,6 +47,16 @@ Search, per sentence:
 * Done sentences are removed from the batch (their rows are gathered away),
   so they stop costing compute; the batch ends when every sentence is done.
 
+Constraints (:mod:`gnmt_tf.decoding.constraints`): a ``constraint`` object bans, before the local
+pruning and the top-k of each step, every token a hypothesis may not take next (-inf), with a state
+per hypothesis kept in :class:`BeamLive` and followed from parent to child. The default,
+``UNCONSTRAINED``, bans nothing and adds no op: the search above, bit for bit.
+``TokenCounts(token_ids, required)`` makes each output contain each given id exactly as often as
+its sentence requires (the slot tokens of masked placeholders), and bans the tokens that would leave
+no room for the missing ones and the EOS before the length limit; eq. 14 then ranks only outputs
+that obey it. A sentence whose requirement cannot fit its length limit gets no hypothesis (score
+-inf, length 0).
+
 :class:`BeamSearch` is this search as a strategy of the one decoding loop,
 :func:`gnmt_tf.decoding.search.decode`, which owns the calls of ``step_fn``, the
 log-softmax, the length limit, the PAD/BOS/EOS bans, the reordering of the
@@ -58,10 +68,11 @@ sentences x beam, which is what :meth:`gnmt_tf.models.gnmt.GNMT.step` is.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import tensorflow as tf
 
+from gnmt_tf.decoding.constraints import UNCONSTRAINED, SearchConstraint
 from gnmt_tf.decoding.penalties import length_penalty, sequence_score
 from gnmt_tf.decoding.search import (
     NEG_INF,
@@ -93,6 +104,7 @@ class BeamLive(NamedTuple):
     ids: tf.Tensor  # int32 [A, K, L]: the prefix's t tokens, PAD after them (L: the longest limit)
     coverage: tf.Tensor  # [A, K, S]: sum_j p_ij so far
     attention: Union[tf.Tensor, tuple]  # [A, K, L, S] (zeros after step t) when returned, else ()
+    constraint: Any  # the constraint's state of each hypothesis, [A, K, ...]; () when unconstrained
 
 
 class BeamPool(NamedTuple):
@@ -115,10 +127,13 @@ class BeamSearch(DecodingStrategy):
         n_best: hypotheses returned per sentence (<= beam_width).
         return_attention: also return each hypothesis' attention matrix.
         eos_rule: which EOS extensions may finish a hypothesis: "top_k" or "every_beam".
+        constraint: what the outputs must obey (:mod:`gnmt_tf.decoding.constraints`): ``UNCONSTRAINED``,
+            or e.g. ``TokenCounts(token_ids, required)``.
     """
 
     def __init__(self, beam_width: int, alpha=0.2, beta=0.2, beamsize=3.0, n_best: int = 1,
-                 return_attention: bool = False, eos_rule: str = "top_k"):
+                 return_attention: bool = False, eos_rule: str = "top_k",
+                 constraint: SearchConstraint = UNCONSTRAINED):
         if eos_rule not in EOS_RULES:
             raise ValueError(f"eos_rule must be one of {', '.join(EOS_RULES)}, got {eos_rule!r}")
         if n_best > beam_width:
@@ -130,6 +145,7 @@ class BeamSearch(DecodingStrategy):
         self.n_best = n_best
         self.return_attention = return_attention
         self.eos_rule = eos_rule
+        self.constraint = constraint
 
     @property
     def beam_width(self) -> int:
@@ -146,6 +162,7 @@ class BeamSearch(DecodingStrategy):
             ids=tf.fill([batch, K, longest], PAD_ID),
             coverage=tf.zeros([batch, K, source_len]),
             attention=tf.zeros([batch, K, longest, source_len]) if with_attention else (),
+            constraint=self.constraint.initialize(K),
         )
         pool = BeamPool(
             scores=tf.fill([batch, K], NEG_INF),
@@ -161,7 +178,7 @@ class BeamSearch(DecodingStrategy):
         attention = tf.TensorShape([None, K, None, None]) if self.return_attention else ()
         return (
             BeamLive(tf.TensorShape([None, K]), tf.TensorShape([None, K, None]),
-                     tf.TensorShape([None, K, None]), attention),
+                     tf.TensorShape([None, K, None]), attention, self.constraint.shape_invariants(K)),
             BeamPool(tf.TensorShape([None, K]), tf.TensorShape([None, K]), tf.TensorShape([None, K, None]),
                      tf.TensorShape([None, K]), attention),
         )
@@ -173,8 +190,10 @@ class BeamSearch(DecodingStrategy):
         vocab = static_or_dynamic_size(inputs.log_probs, -1)
         mask = tf.expand_dims(inputs.source_mask, 1)  # [A, 1, S]
         attention = inputs.attention  # [A, K, S]
+        # The constraint's bans come first: the best token that local pruning measures from and the
+        # top-k below are then among the tokens the hypothesis may take.
+        log_probs = self.constraint.ban(inputs, live.constraint)
         # Local pruning: tokens more than beamsize below this hypothesis' best token.
-        log_probs = inputs.log_probs
         best_token = tf.reduce_max(log_probs, axis=-1, keepdims=True)
         log_probs = tf.where(log_probs < best_token - beamsize, NEG_INF, log_probs)
         candidates = tf.expand_dims(live.log_probs, -1) + log_probs  # [A, K, V]
@@ -230,7 +249,8 @@ class BeamSearch(DecodingStrategy):
             tokens=new_tokens,
             parents=beam,
             done=done,
-            live=BeamLive(live_log_probs, live_ids, live_coverage, live_attention),
+            live=BeamLive(live_log_probs, live_ids, live_coverage, live_attention,
+                          self.constraint.advance(live.constraint, beam, new_tokens)),
             results=pool,
         )
 
@@ -294,6 +314,7 @@ def beam_search(
     n_best: int = 1,
     return_attention: bool = False,
     eos_rule: str = "top_k",
+    constraint: SearchConstraint = UNCONSTRAINED,
 ) -> BeamSearchOutput:
     """Beam search over ``step_fn`` for a batch of sentences (see the module docstring).
 
@@ -311,7 +332,8 @@ def beam_search(
         return_attention: also return each hypothesis' attention matrix.
         eos_rule: which EOS extensions may finish a hypothesis: "top_k" or "every_beam"
             (see the module docstring).
+        constraint: what the outputs must obey (:mod:`gnmt_tf.decoding.constraints`); by default nothing.
     """
     strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
-                          return_attention=return_attention, eos_rule=eos_rule)
+                          return_attention=return_attention, eos_rule=eos_rule, constraint=constraint)
     return decode(step_fn, initial_state, source_mask, strategy, max_length_ratio=max_length_ratio)
