@@ -55,7 +55,7 @@ per hypothesis kept in :class:`BeamLive` and followed from parent to child. The 
 its sentence requires (the slot tokens of masked placeholders), and bans the tokens that would leave
 no room for the missing ones and the EOS before the length limit; eq. 14 then ranks only outputs
 that obey it. A sentence whose requirement cannot fit its length limit gets no hypothesis (score
--inf, length 0).
+-inf, length 0; in TFLite the score is -3.4e38, see ``NO_HYPOTHESIS``).
 
 :class:`BeamSearch` is this search as a strategy of the one decoding loop,
 :func:`gnmt_tf.decoding.search.decode`, which owns the calls of ``step_fn``, the
@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional, Union
 
+import numpy as np
 import tensorflow as tf
 
 from gnmt_tf.decoding.constraints import UNCONSTRAINED, SearchConstraint
@@ -85,6 +86,13 @@ from gnmt_tf.decoding.search import (
 from gnmt_tf.vocab import EOS_ID, PAD_ID
 
 EOS_RULES = ("top_k", "every_beam")
+
+# The lowest float32. TFLite's converter stores a constant -inf as this finite number, so in a converted
+# search an empty place, a banned token or a pruned one is -3.4e38, and a log P added to it stays
+# -3.4e38 (it rounds back). A log P or score at or below it is no hypothesis, -inf in TensorFlow and
+# -3.4e38 in TFLite alike: testing for "finite" instead let such non-hypotheses (a PAD then EOS, a
+# constraint's banned EOS) into the n-best places TensorFlow leaves empty. A real log P is never near it.
+NO_HYPOTHESIS = float(np.finfo(np.float32).min)
 
 
 class BeamSearchOutput(NamedTuple):
@@ -204,7 +212,7 @@ class BeamSearch(DecodingStrategy):
         # Finished: each beam's EOS extension, scored with eq. 14.
         eos_log_probs = candidates[:, :, EOS_ID]  # [A, K]
         eos_scores = sequence_score(eos_log_probs, length, coverage, mask, self.alpha, self.beta)
-        admitted = tf.math.is_finite(eos_log_probs)
+        admitted = is_hypothesis(eos_log_probs)
         # One top-k serves the EOS rule and the live hypotheses: the 2K best extensions hold at most
         # K EOS ones (one per beam), so they hold the K best non-EOS ones too, in the same order
         # (among equal values top_k puts the lower index first). The search's largest cost after
@@ -244,7 +252,7 @@ class BeamSearch(DecodingStrategy):
         best_live = tf.reduce_max(live_log_probs, axis=1)  # [A]
         bound = best_live / length_penalty(inputs.limits, self.alpha)  # no later score can exceed this
         nth_finished = top_scores[:, self.n_best - 1]
-        done = tf.logical_or(~tf.math.is_finite(best_live), nth_finished >= bound)
+        done = tf.logical_or(~is_hypothesis(best_live), nth_finished >= bound)
         return StepOutput(
             tokens=new_tokens,
             parents=beam,
@@ -271,7 +279,7 @@ class BeamSearch(DecodingStrategy):
         new_ids = tf.gather(merged_ids, top, batch_dims=1)
         new_log_probs = tf.gather(merged_log_probs, top, batch_dims=1)
         # A place no admitted hypothesis filled stays empty (length 0), as before any was finished.
-        new_lengths = tf.where(tf.math.is_finite(top_scores), tf.gather(merged_lengths, top, batch_dims=1), 0)
+        new_lengths = tf.where(is_hypothesis(top_scores), tf.gather(merged_lengths, top, batch_dims=1), 0)
         rows = tf.expand_dims(active, 1)
         pool_attention = pool.attention
         if self.return_attention:
@@ -300,6 +308,11 @@ class BeamSearch(DecodingStrategy):
             lengths=lengths,
             attention=pool.attention[:, :n, :longest] if self.return_attention else None,
         )
+
+
+def is_hypothesis(values: tf.Tensor) -> tf.Tensor:
+    """Where ``values`` (log P or eq. 14 scores) are those of a hypothesis: above :data:`NO_HYPOTHESIS`."""
+    return values > NO_HYPOTHESIS
 
 
 def beam_search(

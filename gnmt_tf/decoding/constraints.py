@@ -24,7 +24,8 @@ eq. 14 output among those that obey it.
 A sentence whose constraint cannot be met within its length limit (say two required tokens and a
 limit of two tokens, the EOS included) gets no hypothesis: its n-best places are empty, score and
 log P -inf, length 0, ids PAD, as for any sentence the beam search finds nothing for. The caller
-tells it by ``lengths == 0`` (or a score of -inf).
+tells it by ``lengths == 0``, or by a score at or below ``NO_HYPOTHESIS`` of
+:mod:`gnmt_tf.decoding.beam` (-inf; a TFLite model stores -inf as -3.4e38).
 
 Only :class:`~gnmt_tf.decoding.beam.BeamSearch` takes a constraint for now.
 :class:`~gnmt_tf.decoding.greedy.GreedySearch` and
