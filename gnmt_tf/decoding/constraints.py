@@ -165,10 +165,10 @@ class TokenCounts(SearchConstraint):
         """``log_probs`` [A, K, V] with -inf in the n + 1 special columns where ``allowed`` [A, K, n + 1]
         is False: a gather and a scatter of A x K x (n + 1) values (a gather over all V columns cost
         ten times as much, measured)."""
-        shape, columns = tf.shape(log_probs), self._special_ids()
+        shape, columns, count = tf.shape(log_probs), self._special_ids(), len(self.token_ids) + 1
         rows = tf.reshape(log_probs, [-1, shape[2]])  # [A * K, V]
-        values = tf.where(tf.reshape(allowed, [-1, len(columns)]), tf.gather(rows, columns, axis=1), NEG_INF)
-        row_ids = tf.tile(tf.expand_dims(tf.range(tf.shape(rows)[0]), 1), [1, len(columns)])
+        values = tf.where(tf.reshape(allowed, [-1, count]), tf.gather(rows, columns, axis=1), NEG_INF)
+        row_ids = tf.tile(tf.expand_dims(tf.range(tf.shape(rows)[0]), 1), [1, count])
         column_ids = tf.tile(tf.expand_dims(columns, 0), [tf.shape(rows)[0], 1])
         rows = tf.tensor_scatter_nd_update(rows, tf.stack([row_ids, column_ids], axis=2), values)
         return tf.reshape(rows, shape)
