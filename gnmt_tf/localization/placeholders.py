@@ -311,6 +311,19 @@ def slot_token(slot: int) -> str:
     return SLOT_TOKENS[slot - 1]
 
 
+# The word-initial mark of the wordpiece vocabulary (gnmt_tf.data.tokenizer.WORD_MARK, repeated to import no
+# TensorFlow): a slot token, a word of its own, is its word-initial piece.
+_WORD_MARK = "\u2581"
+
+
+def missing_slot_tokens(pieces: Sequence[str]) -> List[str]:
+    """The slot tokens a wordpiece vocabulary (paper-form ``pieces``) lacks a piece of: a model reading and
+    writing masked text needs both forms of each (the word-initial one it reads and writes, the continuation
+    one its search must be able to ban)."""
+    present = set(pieces)
+    return [token for token in SLOT_TOKENS if _WORD_MARK + token not in present or token not in present]
+
+
 @dataclass(frozen=True)
 class Placeholder:
     """A masked placeholder: its text, its class, and whether the source glued it to the character

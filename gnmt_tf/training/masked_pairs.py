@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from gnmt_tf.localization.placeholders import MAX_SLOTS, SLOT_TOKENS, mask_pair, pattern_set
+from gnmt_tf.localization.placeholders import MAX_SLOTS, SLOT_TOKENS, mask_pair, missing_slot_tokens, pattern_set
 
 Pair = Tuple[str, str]
 
 FIELD = "localization.placeholders"  # the config field that asks for all this
-WORD_MARK = "\u2581"  # the tokenizer's word-initial mark (gnmt_tf.data.tokenizer, which imports TensorFlow)
 
 
 @dataclass(frozen=True)
@@ -82,11 +81,10 @@ def reserved_characters(localization) -> Tuple[str, ...]:
 
 def slot_vocabulary_problem(localization, pieces: Sequence[str]) -> Optional[str]:
     """Why a vocabulary (its paper-form ``pieces``) cannot serve a model with this config section, or None:
-    with ``localization.placeholders`` it must have the word-initial piece of every slot token."""
+    with ``localization.placeholders`` it must have both pieces of every slot token."""
     if not localization.placeholders:
         return None
-    present = set(pieces)
-    missing = sum(1 for token in SLOT_TOKENS if WORD_MARK + token not in present)
+    missing = len(missing_slot_tokens(pieces))
     if not missing:
         return None
     return (f"the vocabulary has no wordpiece for {missing} of the {MAX_SLOTS} placeholder slot tokens, but "
