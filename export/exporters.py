@@ -55,6 +55,7 @@ import tensorflow as tf
 from export.serving_runtime import OPS_FILE, TENSORFLOW, runtime_name, unregistered_ops
 from gnmt_tf.inference.results import texts
 from gnmt_tf.inference.translator import TranslatorModule
+from gnmt_tf.localization.in_graph import VERBATIM, text_masking
 
 
 class ExportError(RuntimeError):
@@ -126,9 +127,9 @@ class Exporter:
             return self.request.target_input_table
         return self.default_target_input_table
 
-    def module(self, model, tokenizer, decoding, shortlist=None) -> TranslatorModule:
-        """The translator module this format converts."""
-        return TranslatorModule(model, tokenizer, decoding, shortlist=shortlist,
+    def module(self, model, tokenizer, decoding, shortlist=None, text=VERBATIM) -> TranslatorModule:
+        """The translator module this format converts (``text``: its placeholder masking, or none)."""
+        return TranslatorModule(model, tokenizer, decoding, shortlist=shortlist, text=text,
                                 precompute_target_inputs=self.target_input_table)
 
     def write(self, translator: TranslatorModule, directory: str) -> None:
@@ -159,12 +160,12 @@ class SavedModelExporter(Exporter):
     switches_shortlist = True
     _loaded = None  # (directory, the SavedModel loaded from it) of the last translate
 
-    def module(self, model, tokenizer, decoding, shortlist=None):
+    def module(self, model, tokenizer, decoding, shortlist=None, text=VERBATIM):
         from gnmt_tf.quantization.weights import Int8Weights
 
         int8 = Int8Weights(model, products=self.request.int8_products) if self.request.quantize == "int8" else None
         return TranslatorModule(model, tokenizer, decoding, weight_transform=int8, jit_step=self.request.xla,
-                                shortlist=shortlist, precompute_target_inputs=self.target_input_table)
+                                shortlist=shortlist, text=text, precompute_target_inputs=self.target_input_table)
 
     def write(self, translator, directory):
         from export.warmup import bucket_warmup_requests, translator_warmup_requests, write_warmup_requests
@@ -298,7 +299,8 @@ def export(request: ExportRequest, format_name: str) -> str:
         decoding = dataclasses.replace(decoding, beam_width=request.beam_width)
     if request.use_shortlist is not None:
         decoding = dataclasses.replace(decoding, use_shortlist=request.use_shortlist)
-    translator = exporter.module(model, tokenizer, decoding, shortlist)
+    text = text_masking(config.localization, tokenizer)
+    translator = exporter.module(model, tokenizer, decoding, shortlist, text)
     if shortlist is not None:
         request.log(f"with the vocabulary shortlist of {shortlist_path(request.model_dir)} (top "
                     f"{shortlist.top_k}, {shortlist.frequent} frequent): "
@@ -313,9 +315,9 @@ def export(request: ExportRequest, format_name: str) -> str:
         write_metadata(staging, request, format_name, loaded.checkpoints, decoding)
         request.log(f"written: {directory_bytes(staging) / 1e6:.1f} MB")
         if request.quantize == "int8":
-            _check_bleu(request, exporter, staging, model, tokenizer, decoding, bleu_pairs, shortlist)
+            _check_bleu(request, exporter, staging, model, tokenizer, decoding, bleu_pairs, shortlist, text)
         else:
-            _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist)
+            _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist, text)
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -375,13 +377,13 @@ def directory_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
 
 
-def _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist=None) -> None:
+def _check_identical(request, exporter, staging, model, tokenizer, decoding, shortlist=None, text=VERBATIM) -> None:
     """Float: the export must translate a few dev sentences exactly like the Keras model (with a
     shortlist the format switches per request: with it and without it)."""
     from gnmt_tf.inference.translator import Translator
 
     sentences = verification_sentences(request.model_dir, request.verify_sentences)
-    translator = Translator(model, tokenizer, decoding, shortlist=shortlist,
+    translator = Translator(model, tokenizer, decoding, shortlist=shortlist, text=text,
                             precompute_target_inputs=exporter.target_input_table)
     settings = [None]
     if shortlist is not None and exporter.switches_shortlist:
@@ -416,7 +418,8 @@ def _int8_check_pairs(request):
     return pairs
 
 
-def _check_bleu(request, exporter, staging, model, tokenizer, decoding, pairs, shortlist=None) -> None:
+def _check_bleu(request, exporter, staging, model, tokenizer, decoding, pairs, shortlist=None,
+                text=VERBATIM) -> None:
     """int8: dev BLEU of the export on ``pairs`` must stay within ``bleu_tolerance`` of the float model's."""
     from gnmt_tf.metrics.bleu import corpus_bleu
     from gnmt_tf.inference.translator import Translator
@@ -424,7 +427,7 @@ def _check_bleu(request, exporter, staging, model, tokenizer, decoding, pairs, s
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     request.log(f"checking dev BLEU on {len(pairs)} sentences (float model vs int8 export)")
-    float_translator = Translator(model, tokenizer, decoding, shortlist=shortlist)
+    float_translator = Translator(model, tokenizer, decoding, shortlist=shortlist, text=text)
     float_bleu = corpus_bleu(texts(float_translator.translate(sources)), references).score
     int8_bleu = corpus_bleu(exporter.translate(staging, sources), references).score
     drop = float_bleu - int8_bleu

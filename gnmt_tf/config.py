@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 import yaml
 
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, search_option_problem
+from gnmt_tf.localization.automaton import automaton_problem
 from gnmt_tf.localization.placeholders import EXTRA_FIELD, extra_pattern_problem
 
 
@@ -543,19 +544,22 @@ class LocalizationConfig:
         "(pairs holding a slot token's character are left out). The dev loss reads masked dev pairs; the dev and "
         "test splits are kept as they are, and dev BLEU translates the raw dev sources through the translator. Set "
         "it when a model is first trained: a vocabulary learned without the slot tokens is refused. Translation "
-        "and export do not read it yet: they translate the text as it is whatever this says.",
+        "(the Python API, translate, evaluate, dev BLEU) and every exported artifact mask and restore inside the "
+        "graph (gnmt_tf.localization.in_graph), and the beam search writes each slot token of a source exactly as "
+        "often as the source holds it.",
         default=False,
     )
     extra_placeholder_patterns: List[str] = _doc(
         "More placeholder classes, Python regular expressions matched after the built-in ones (e.g. "
-        "'%[0-9]+' for Qt's %1); each must compile and must not match the empty string. Used only with "
-        "placeholders: true.",
+        "'%[0-9]+' for Qt's %1); each must compile, must not match the empty string and must use no lookaround, "
+        "backreference or anchor (the exported model runs the patterns as one automaton over bytes, which takes "
+        "each class's longest match: gnmt_tf.localization.automaton). Used only with placeholders: true.",
         default_factory=list,
     )
 
     def validate(self, where: str) -> None:
         for index, pattern in enumerate(self.extra_placeholder_patterns):
-            problem = extra_pattern_problem(pattern)
+            problem = extra_pattern_problem(pattern) or automaton_problem(pattern)
             if problem is not None:
                 raise ConfigError(f"{where}.{EXTRA_FIELD}[{index}]: {pattern!r} {problem}")
 

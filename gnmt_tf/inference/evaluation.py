@@ -90,6 +90,7 @@ def load_translator(model_dir: Union[str, Sequence[str]], checkpoint: Union[str,
     """
     from gnmt_tf import model_files
     from gnmt_tf.inference.translator import Translator
+    from gnmt_tf.localization.in_graph import text_masking
 
     model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
     checkpoints = [checkpoint] * len(model_dirs) if isinstance(checkpoint, str) else list(checkpoint)
@@ -103,5 +104,6 @@ def load_translator(model_dir: Union[str, Sequence[str]], checkpoint: Union[str,
     translator = Translator(  # the checkpoints' weights stay as loaded: precompute what only they decide
         model, tokenizer, config.decoding, batch_size=batch_size, max_input_length=max_input_length,
         shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=concurrent_batches,
+        text=text_masking(config.localization, tokenizer),
     )
     return translator, config, loaded.checkpoint

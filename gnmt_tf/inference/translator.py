@@ -58,6 +58,7 @@ from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.inference.results import Translation
+from gnmt_tf.localization.in_graph import VERBATIM, TextMasking
 from gnmt_tf.layers.recurrence import STEPWISE, Recurrence
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
@@ -116,6 +117,11 @@ class TranslatorModule(tf.Module):
             each step gathers a row instead of a product
             (Devlin 2017). A snapshot of the weights: only for a model that will not change
             (an export, a loaded checkpoint), not for one still training.
+        text: what is done to the text around the search: :data:`~gnmt_tf.localization.in_graph.VERBATIM`
+            (nothing), or :class:`~gnmt_tf.localization.in_graph.PlaceholderMasking` (placeholders masked
+            before tokenizing, restored in the translations, every slot token of a source written exactly
+            as often by the beam search); :func:`~gnmt_tf.localization.in_graph.text_masking` chooses by
+            the model's config.
         shortlist: a :class:`gnmt_tf.data.shortlist.Shortlist` of the model's vocabulary, held
             as variables (:attr:`shortlist` is then its :class:`~gnmt_tf.data.shortlist.ShortlistTables`,
             else None); ``decoding.use_shortlist`` says whether the functions without a
@@ -148,7 +154,8 @@ class TranslatorModule(tf.Module):
     def __init__(self, model, tokenizer, decoding: DecodingConfig, max_input_length: Optional[int] = None,
                  weight_transform: Optional[WeightTransform] = None, jit_step: bool = False,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
-                 shape_buckets: Optional[ShapeBuckets] = None, name: Optional[str] = None):
+                 shape_buckets: Optional[ShapeBuckets] = None, text: TextMasking = VERBATIM,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         # Track the model's variables, not the Keras model: saving a tracked Keras model would
         # run Keras' own (legacy) model serialization, which the functions below do not need.
@@ -168,6 +175,7 @@ class TranslatorModule(tf.Module):
             self.target_input_rows = tf.nest.map_structure(transform.stored_rows,
                                                            model.target_input_table(self.weights))
         self.tokenizer = tokenizer
+        object.__setattr__(self, "text", text)
         object.__setattr__(self, "decoding", decoding)
         self.beam_width = decoding.beam_width
         self.n_best = max(decoding.n_best, min(4, decoding.beam_width))
@@ -281,9 +289,11 @@ class TranslatorModule(tf.Module):
     def beam_search(self, source_ids, alpha, beta, beamsize, beam_width: int, n_best: int,
                     return_attention: bool, target: GraphTarget = TENSORFLOW,
                     use_shortlist: Union[bool, tf.Tensor] = False):
-        """Section 7's beam search of ``source_ids``: a :class:`gnmt_tf.decoding.BeamSearchOutput`."""
+        """Section 7's beam search of ``source_ids``: a :class:`gnmt_tf.decoding.BeamSearchOutput`,
+        under the text masking's constraint (slot tokens)."""
         strategy = BeamSearch(beam_width, alpha=alpha, beta=beta, beamsize=beamsize, n_best=n_best,
-                              return_attention=return_attention, eos_rule=self.decoding.eos_rule)
+                              return_attention=return_attention, eos_rule=self.decoding.eos_rule,
+                              constraint=self.text.constraint(source_ids))
         return self.search(source_ids, strategy, target, use_shortlist)
 
     # ------------------------------------------------------------------ postprocess
@@ -348,9 +358,11 @@ class TranslatorModule(tf.Module):
 
     def _best_translations(self, sentences, alpha, beta, beamsize, target: GraphTarget = TENSORFLOW,
                            use_shortlist=None):
-        outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width, 1,
+        masked = self.text.mask(sentences)
+        outputs = self.nbest_outputs(self.source_ids(masked.text), alpha, beta, beamsize, self.beam_width, 1,
                                      False, target, use_shortlist)
-        return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
+        return {"translations": self.text.restore(outputs["translations"][:, 0], masked),
+                "scores": outputs["scores"][:, 0]}
 
     def _translate_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
         return self._translate_with_options(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
@@ -378,9 +390,12 @@ class TranslatorModule(tf.Module):
 
     def _translate_nbest(self, sentences, alpha, beta, beamsize, use_shortlist=None):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
-        outputs = self.nbest_outputs(self.source_ids(sentences), alpha, beta, beamsize, self.beam_width,
+        masked = self.text.mask(sentences)
+        outputs = self.nbest_outputs(self.source_ids(masked.text), alpha, beta, beamsize, self.beam_width,
                                      self.n_best, True, use_shortlist=use_shortlist)
         del outputs["log_probs"], outputs["ids"]
+        flat = self.text.restore(tf.reshape(outputs["translations"], [-1]), masked.repeated(self.n_best))
+        outputs["translations"] = tf.reshape(flat, [-1, self.n_best])
         return outputs
 
     def _translate_nbest_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
@@ -413,6 +428,17 @@ class TranslatorModule(tf.Module):
 
     def compiled_preprocess(self):
         return self.compiled(("preprocess",), lambda: graph_function(self.preprocess, input_signature=[SENTENCES]))
+
+    def compiled_mask(self):
+        """The text masking's mask of sentences (a nest of tensors, a row per sentence)."""
+        return self.compiled(("mask",), lambda: graph_function(self.text.mask, input_signature=[SENTENCES]))
+
+    def compiled_restore(self):
+        """The text masking's restore: translations [n] and the masked nest of their sources, a row each."""
+        def restore(translations, masked):
+            return self.text.restore(translations, masked)
+
+        return self.compiled(("restore",), lambda: graph_function(restore, reduce_retracing=True))
 
     def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool,
                        use_shortlist: bool = False):
@@ -485,6 +511,8 @@ class Translator:
             translations during quantization-aware training,
             :class:`gnmt_tf.quantization.qat.QuantizationAwareTraining`. Translators of one model
             with different transforms can be used at the same time, from different threads.
+        text: placeholder masking around the searches, or none (see :class:`TranslatorModule`).
+            ``score`` reads its sources and targets as they are.
 
     Attributes:
         module: the :class:`TranslatorModule` doing the work (what ``python -m export`` saves).
@@ -493,10 +521,11 @@ class Translator:
     def __init__(self, model, tokenizer, decoding: Optional[DecodingConfig] = None, batch_size: int = 32,
                  max_input_length: Optional[int] = None, truncate_long_inputs: bool = True,
                  precompute_target_inputs: bool = False, shortlist: Optional[Shortlist] = None,
-                 concurrent_batches: int = 2, weight_transform: Optional[WeightTransform] = None):
+                 concurrent_batches: int = 2, weight_transform: Optional[WeightTransform] = None,
+                 text: TextMasking = VERBATIM):
         _check_batching(batch_size, concurrent_batches)
         self.module = TranslatorModule(model, tokenizer, decoding or DecodingConfig(), max_input_length,
-                                       weight_transform=weight_transform,
+                                       weight_transform=weight_transform, text=text,
                                        precompute_target_inputs=precompute_target_inputs, shortlist=shortlist)
         self.batch_size = batch_size
         self.concurrent_batches = concurrent_batches
@@ -531,20 +560,29 @@ class Translator:
         return self.module.max_input_length
 
     # ------------------------------------------------------------------ preprocess and batches
-    def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-        """Source ids [n, width] and piece counts [n] (before truncation); a long one refused unless
-        truncating."""
+    def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray, tuple]:
+        """Source ids [n, width], piece counts [n] (before truncation; a long one refused unless
+        truncating) and what the module's text masking made of the sentences (NumPy, a row each)."""
         if not sentences:
-            return np.zeros([0, 1], np.int32), np.zeros([0], np.int32)
-        ids, counts = self.module.compiled_preprocess()(tf.constant(list(sentences), tf.string))
+            return np.zeros([0, 1], np.int32), np.zeros([0], np.int32), ()
+        masked = self.module.compiled_mask()(tf.constant(list(sentences), tf.string))
+        ids, counts = self.module.compiled_preprocess()(masked.text)
         ids, counts = ids.numpy(), counts.numpy()
+        masked = type(masked)(*(part.numpy() for part in masked))
         long = np.flatnonzero(counts > self.max_input_length)
         if len(long) and not self.truncate_long_inputs:
             raise ValueError(
                 f"sentence {long[0]} has {counts[long[0]]} wordpieces, more than max_input_length "
                 f"({self.max_input_length})"
             )
-        return ids, counts
+        return ids, counts, masked
+
+    def _restored(self, texts: np.ndarray, masked: tuple, rows: Sequence[int]) -> List[List[str]]:
+        """Translations [k, n] (bytes) of the sentences ``rows`` with the text masking's restore, as str."""
+        n = texts.shape[1]
+        sources = type(masked)(*(np.repeat(part[rows], n, axis=0) for part in masked))
+        restored = self.module.compiled_restore()(tf.constant(texts.reshape(-1)), sources).numpy()
+        return [[text.decode("utf-8") for text in restored[i * n:(i + 1) * n]] for i in range(len(rows))]
 
     def _batches(self, ids: np.ndarray, counts: np.ndarray):
         """Non-empty sentences sorted by length, in batches: (indices, ids [k, width], source lengths)."""
@@ -615,9 +653,11 @@ class Translator:
         results: List[List[Translation]] = [[] for _ in sentences]
 
         def decode(chunk, batch, source_lengths):
-            return {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
+            out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
+            out["translations"] = self._restored(out["translations"], masked, chunk)
+            return out
 
-        ids, counts = self._preprocess(sentences)
+        ids, counts, masked = self._preprocess(sentences)
         for (chunk, batch, source_lengths), out in self._decoded(decode, self._batches(ids, counts)):
             for row, i in enumerate(chunk):
                 for rank in range(n_best):
@@ -625,7 +665,7 @@ class Translator:
                     if length == 0:  # fewer finished hypotheses than n_best
                         continue
                     results[i].append(Translation(
-                        text=out["translations"][row, rank].decode("utf-8"),
+                        text=out["translations"][row][rank],
                         score=float(out["scores"][row, rank]),
                         log_prob=float(out["log_probs"][row, rank]),
                         length=length,
@@ -640,14 +680,16 @@ class Translator:
     def greedy(self, sentences: Sequence[str]) -> List[Translation]:
         """Greedy translations (text only, no score), in input order; an empty sentence gets
         ``Translation("")``."""
-        ids, counts = self._preprocess(sentences)
+        ids, counts, masked = self._preprocess(sentences)
         results = [Translation("") for _ in sentences]
         greedy = self.module.compiled_greedy()
-        batches = self._batches(ids, counts)
-        for (chunk, _, _), texts in self._decoded(lambda chunk, batch, _: greedy(tf.constant(batch)).numpy(), batches):
+
+        def decode(chunk, batch, _):
+            return self._restored(greedy(tf.constant(batch)).numpy().reshape(-1, 1), masked, chunk)
+
+        for (chunk, _, _), texts in self._decoded(decode, self._batches(ids, counts)):
             for row, i in enumerate(chunk):
-                results[i] = Translation(texts[row].decode("utf-8"),
-                                         truncated=bool(counts[i] > self.max_input_length))
+                results[i] = Translation(texts[row][0], truncated=bool(counts[i] > self.max_input_length))
         return results
 
     # ------------------------------------------------------------------ score
@@ -662,8 +704,8 @@ class Translator:
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         options = self._options(alpha=alpha, beta=beta)
-        target_ids, target_counts = self._preprocess(targets)
-        source_ids, source_counts = self._preprocess(sources)
+        target_ids, target_counts, _ = self._preprocess(targets)
+        source_ids, source_counts, _ = self._preprocess(sources)
         present = np.flatnonzero((source_counts > 0) & (target_counts > 0))
         results: List[Optional[Translation]] = [None] * len(sources)
         score = self.module.compiled_score(return_attention)

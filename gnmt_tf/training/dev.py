@@ -22,6 +22,7 @@ from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.evaluation import Evaluation, evaluate, load_translator
 from gnmt_tf.inference.translator import Translator
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader
+from gnmt_tf.localization.in_graph import text_masking
 from gnmt_tf.models.gnmt import unpack_batch
 from gnmt_tf.models.losses import SequenceCrossEntropy
 from gnmt_tf.models.objectives import MaximumLikelihood
@@ -59,7 +60,8 @@ class DevEvaluator:
                                  for directory in state.shipped.checkpoint_dirs(model_dir)]
         self.summaries = tf.summary.create_file_writer(model_files.dev_log_dir(model_dir))
         self.translator = Translator(self.dev_model, tokenizer, config.decoding,
-                                     weight_transform=self.dev_weights.transform)
+                                     weight_transform=self.dev_weights.transform,
+                                     text=text_masking(config.localization, tokenizer))
         # Dev pairs are not length-filtered: a batch is bounded to the cells of a training batch
         # (training.batch_cells, or 64 of the longest pairs trained on), so that a long dev pair cannot
         # exhaust memory (make_dataset). The dev loss reads them as training reads its pairs (masked, with

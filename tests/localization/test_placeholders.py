@@ -305,6 +305,8 @@ def test_the_localization_section_is_off_by_default():
     ({"extra_placeholder_patterns": ["\\b"]},
      "localization.extra_placeholder_patterns[0]: '\\\\b' matches the empty string (in 'x'); a placeholder "
      "must be at least one character"),
+    ({"extra_placeholder_patterns": ["%(?=[0-9])[0-9]"]},
+     "localization.extra_placeholder_patterns[0]: '%(?=[0-9])[0-9]' uses a lookahead"),
     ({"extra_placeholder_patterns": "%[0-9]+"}, "localization.extra_placeholder_patterns: expected a list"),
     ({"extra_placeholder_patterns": [3]}, "localization.extra_placeholder_patterns[0]: expected a string, got 3"),
     ({"placeholders": "yes"}, "localization.placeholders: expected true or false, got 'yes'"),

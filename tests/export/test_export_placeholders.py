@@ -1,0 +1,92 @@
+"""Placeholders kept by construction, in every artifact: the Python API, the SavedModel and TFLite.
+
+A tiny model with random weights knows nothing of placeholders; that every translation still holds each
+placeholder of its source exactly once is the masking, the constrained search and the restoring at work,
+and the exported artifacts must give the Python API's translations exactly."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from export.tflite import TFLiteTranslator, _state, convert_to_tflite, custom_ops, list_ops
+from gnmt_tf.config import load_config
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
+from gnmt_tf.inference.results import texts
+from gnmt_tf.inference.translator import Translator, TranslatorModule
+from gnmt_tf.localization import placeholders
+from gnmt_tf.localization.in_graph import PlaceholderMasking, VERBATIM, slot_ids
+from gnmt_tf.models.gnmt import GNMT
+from gnmt_tf.vocab import EOS_ID
+from helpers import SHALLOW
+
+WORDS = "open save file folder the a of to in new delete copy name user".split()
+SOURCES = [
+    "open %s",
+    "save the file %s to %s",
+    "<b>delete</b> %(name)s in {0}",
+    "new folder",
+    "",
+    "copy %d of %d files to ${HOME}",
+    '<a href="{url}">open</a> the &amp; file',
+]
+
+
+def training_text(seed=0, count=200):
+    """Masked sentences for the vocabulary: words and the slot tokens."""
+    rng = np.random.default_rng(seed)
+    sentences = [" ".join(rng.choice(WORDS, size=rng.integers(1, 7))) + " %s" for _ in range(count)]
+    return [placeholders.mask(sentence).text for sentence in sentences]
+
+
+@pytest.fixture(scope="module")
+def translator():
+    keras.utils.set_random_seed(4321)
+    config = load_config("tiny", overrides=SHALLOW)
+    tokenizer = WordpieceTokenizer.learn(training_text(), vocab_size=140, max_characters=40,
+                                         reserved_characters=placeholders.SLOT_TOKENS)
+    config.model.vocab_size = tokenizer.vocab_size
+    model = GNMT(config.model)
+    model.build()
+    rng = np.random.default_rng(0)
+    for weight in model.trainable_weights:
+        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
+    bias = model.decoder.softmax_projection.bias
+    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
+    return Translator(model, tokenizer, config.decoding, text=PlaceholderMasking(slot_ids(tokenizer)))
+
+
+def test_every_placeholder_is_kept_exactly_once(translator):
+    translations = texts(translator.translate(SOURCES))
+    for source, translation in zip(SOURCES, translations):
+        assert placeholders.check(source, translation).ok, (source, translation)
+    assert translations[SOURCES.index("")] == ""
+    # Without the masking the same model writes no placeholder of its own: the feature is what kept them.
+    verbatim = Translator(translator.model, translator.tokenizer, translator.decoding, text=VERBATIM)
+    assert not all(placeholders.check(s, t).ok for s, t in zip(SOURCES, texts(verbatim.translate(SOURCES))))
+
+
+def test_the_nbest_lists_keep_them_too(translator):
+    for source, nbest in zip(SOURCES, translator.translate_nbest(SOURCES, n_best=3, beam_width=4)):
+        assert all(placeholders.check(source, hypothesis.text).ok for hypothesis in nbest), source
+
+
+def test_a_model_without_slot_tokens_is_refused():
+    tokenizer = WordpieceTokenizer.learn(["open the file"], vocab_size=60, max_characters=20)
+    with pytest.raises(ValueError, match="trained without localization.placeholders"):
+        slot_ids(tokenizer)
+
+
+def test_the_saved_model_restores_as_the_python_api_does(translator, tmp_path):
+    # Its serving_default alone, saved with the state it reads (tracing every signature takes 3x as long).
+    tf.saved_model.save(_state(translator.module), str(tmp_path),
+                        signatures={"serving_default": translator.module.translate})
+    loaded = tf.saved_model.load(str(tmp_path))
+    out = loaded.signatures["serving_default"](sentences=tf.constant(SOURCES))
+    assert [t.decode("utf-8") for t in out["translations"].numpy()] == texts(translator.translate(SOURCES))
+
+
+def test_tflite_restores_as_the_python_api_does(translator):
+    model = convert_to_tflite(translator.module)
+    assert {"TFText>ByteSplitWithOffsets", "TFText>FastWordpieceDetokenize"} <= set(custom_ops(list_ops(model)))
+    assert texts(TFLiteTranslator(model).translate(SOURCES)) == texts(translator.translate(SOURCES))
