@@ -18,6 +18,11 @@ the others from msgid_plural, as many as the header's Plural-Forms says) and
 its entry marked fuzzy; translated and fuzzy entries, comments, references,
 contexts and obsolete entries stay as they are. --output (default: stdout) gets
 the catalog, written whole or not at all. See gnmt_tf.localization.
+
+With --glossary FILE (``source term<TAB>target term`` lines) every occurrence of a
+source term, as a word, is translated as its target term, for a model trained
+with localization.placeholders (the term is masked like a placeholder and the
+beam search writes it exactly once; gnmt_tf.localization.glossary).
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ def add_arguments(parser) -> None:
         "written out in input order before the next is read; bounds memory on long inputs (default: 1000)",
     )
     common.add_plot_attention_argument(parser, "each line's best translation")
+    parser.add_argument(
+        "--glossary", default=None, metavar="FILE",
+        help="required translations of terms, 'source term<TAB>target term' lines: every occurrence of a source "
+        "term (as a word) is translated as its target term; for a model trained with localization.placeholders",
+    )
     add_catalog_arguments(parser)
 
 
@@ -67,8 +77,14 @@ def add_catalog_arguments(parser) -> None:
 
 
 def check(parser, args) -> None:
-    """Usage checks before TensorFlow starts: --plot-attention's directory, and what goes with --po."""
+    """Usage checks before TensorFlow starts: --plot-attention's directory, the glossary, and what goes with --po."""
+    from gnmt_tf.localization.glossary import GlossaryError, read_glossary
+
     common.check_plot_attention(parser, args)
+    try:
+        args.glossary_entries = read_glossary(args.glossary) if args.glossary else []
+    except GlossaryError as err:
+        parser.error(f"--glossary: {err}")
     if args.po is None:
         if args.po_retranslate or args.po_language:
             parser.error("--po-retranslate and --po-language need --po")
@@ -77,6 +93,12 @@ def check(parser, args) -> None:
         parser.error("--po reads the catalog: give --po or --input, not both")
     if args.n_best > 1 or args.plot_attention:
         parser.error("--n-best and --plot-attention are for lines, not for --po")
+
+
+def _overrides(args) -> dict:
+    """The decoding options of the command line, and the glossary's entries if one was given."""
+    glossary = getattr(args, "glossary_entries", [])
+    return {**common.decoding_overrides(args), **({"glossary": glossary} if glossary else {})}
 
 
 def _lines(count: int) -> str:
@@ -97,7 +119,7 @@ def translate(args) -> int:
 
 def translate_stream(translator, source, target, args) -> int:
     """Translate ``source`` line by line into ``target``, ``args.chunk_size`` lines at a time."""
-    overrides = common.decoding_overrides(args)
+    overrides = _overrides(args)
     plot_directory = getattr(args, "plot_attention", None)
     started = time.monotonic()
     count = 0
@@ -158,7 +180,7 @@ def translate_catalog(args) -> int:
 
 def _translate_lines(translator, lines, args):
     """The translations of ``lines``, ``args.chunk_size`` at a time, with a progress line after each chunk."""
-    overrides = common.decoding_overrides(args)
+    overrides = _overrides(args)
     started = time.monotonic()
     translations = []
     for start in range(0, len(lines), args.chunk_size):

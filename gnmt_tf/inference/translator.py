@@ -58,7 +58,7 @@ from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
 from gnmt_tf.inference.results import Translation
-from gnmt_tf.localization.in_graph import VERBATIM, TextMasking
+from gnmt_tf.localization.in_graph import VERBATIM, Glossary, TextMasking
 from gnmt_tf.layers.recurrence import STEPWISE, Recurrence
 from gnmt_tf.layers.weights import FLOAT_WEIGHTS, WeightReader, WeightTransform
 from gnmt_tf.vocab import EOS, EOS_ID, PAD_ID
@@ -67,6 +67,7 @@ SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
 SCALAR = tf.TensorSpec([], tf.float32)
 SWITCH = tf.TensorSpec([], tf.bool)
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32)
+TERMS = tf.TensorSpec([None, None], tf.string)  # a glossary's source or target terms, [batch, terms]
 
 
 class GraphTarget(NamedTuple):
@@ -138,6 +139,12 @@ class TranslatorModule(tf.Module):
       and the wordpieces the attention refers to, ``source_pieces`` [batch, source] and
       ``target_pieces`` [batch, n_best, target] (padded with "").
 
+    With placeholder masking (``text``), also:
+
+    * ``translate_with_glossary(sentences, alpha, beta, beamsize, term_sources, term_targets)``: as
+      ``translate_with_options``, every occurrence of ``term_sources[i, g]`` in sentence i (as a word)
+      translated as ``term_targets[i, g]`` (string [batch, terms]; "" pads a row's entries).
+
     With a shortlist, also (the same with a bool scalar input ``use_shortlist``):
 
     * ``translate_with_shortlist(sentences, alpha, beta, beamsize, use_shortlist)``: as
@@ -193,6 +200,9 @@ class TranslatorModule(tf.Module):
             self._translate_with_options, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR]
         )
         self.translate_nbest = graph_function(self._translate_nbest, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR])
+        if text.takes_glossary:
+            self.translate_with_glossary = graph_function(
+                self._translate_with_glossary, input_signature=[SENTENCES, SCALAR, SCALAR, SCALAR, TERMS, TERMS])
         if self.shortlist is not None:
             switched = [SENTENCES, SCALAR, SCALAR, SCALAR, SWITCH]
             self.translate_with_shortlist = graph_function(self._translate_with_shortlist,
@@ -357,12 +367,17 @@ class TranslatorModule(tf.Module):
         return self._best_translations(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
 
     def _best_translations(self, sentences, alpha, beta, beamsize, target: GraphTarget = TENSORFLOW,
-                           use_shortlist=None):
-        masked = self.text.mask(sentences)
+                           use_shortlist=None, glossary: Optional[Glossary] = None):
+        masked = self.text.mask(sentences, glossary)
         outputs = self.nbest_outputs(self.source_ids(masked.text), alpha, beta, beamsize, self.beam_width, 1,
                                      False, target, use_shortlist)
         return {"translations": self.text.restore(outputs["translations"][:, 0], masked),
                 "scores": outputs["scores"][:, 0]}
+
+    def _translate_with_glossary(self, sentences, alpha, beta, beamsize, term_sources, term_targets):
+        alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
+        return self._best_translations(sentences, alpha, beta, beamsize,
+                                       glossary=Glossary(term_sources, term_targets))
 
     def _translate_with_shortlist(self, sentences, alpha, beta, beamsize, use_shortlist):
         return self._translate_with_options(sentences, alpha, beta, beamsize, use_shortlist=use_shortlist)
@@ -414,6 +429,8 @@ class TranslatorModule(tf.Module):
             "translate_with_options": self.translate_with_options,
             "translate_nbest": self.translate_nbest,
         }
+        if self.text.takes_glossary:
+            signatures.update(translate_with_glossary=self.translate_with_glossary)
         if self.shortlist is not None:
             signatures.update(translate_with_shortlist=self.translate_with_shortlist,
                               translate_nbest_with_shortlist=self.translate_nbest_with_shortlist)
@@ -432,6 +449,13 @@ class TranslatorModule(tf.Module):
     def compiled_mask(self):
         """The text masking's mask of sentences (a nest of tensors, a row per sentence)."""
         return self.compiled(("mask",), lambda: graph_function(self.text.mask, input_signature=[SENTENCES]))
+
+    def compiled_mask_with_glossary(self):
+        """The mask of sentences with a glossary given as its source and target terms [batch, terms]."""
+        def mask(sentences, term_sources, term_targets):
+            return self.text.mask(sentences, Glossary(term_sources, term_targets))
+
+        return self.compiled(("mask_glossary",), lambda: graph_function(mask, input_signature=[SENTENCES, TERMS, TERMS]))
 
     def compiled_restore(self):
         """The text masking's restore: translations [n] and the masked nest of their sources, a row each."""
@@ -560,12 +584,20 @@ class Translator:
         return self.module.max_input_length
 
     # ------------------------------------------------------------------ preprocess and batches
-    def _preprocess(self, sentences: Sequence[str]) -> Tuple[np.ndarray, np.ndarray, tuple]:
+    def _preprocess(self, sentences: Sequence[str], glossary: Sequence[Tuple[str, str]] = ()
+                    ) -> Tuple[np.ndarray, np.ndarray, tuple]:
         """Source ids [n, width], piece counts [n] (before truncation; a long one refused unless
-        truncating) and what the module's text masking made of the sentences (NumPy, a row each)."""
+        truncating) and what the module's text masking made of the sentences, with the glossary's terms
+        (NumPy, a row each)."""
         if not sentences:
             return np.zeros([0, 1], np.int32), np.zeros([0], np.int32), ()
-        masked = self.module.compiled_mask()(tf.constant(list(sentences), tf.string))
+        strings = tf.constant(list(sentences), tf.string)
+        if glossary:
+            terms = [tf.tile(tf.constant([[entry[side] for entry in glossary]]), [len(sentences), 1])
+                     for side in (0, 1)]
+            masked = self.module.compiled_mask_with_glossary()(strings, *terms)
+        else:
+            masked = self.module.compiled_mask()(strings)
         ids, counts = self.module.compiled_preprocess()(masked.text)
         ids, counts = ids.numpy(), counts.numpy()
         masked = type(masked)(*(part.numpy() for part in masked))
@@ -617,7 +649,7 @@ class Translator:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
         An empty sentence gets ``Translation("", score=0.0)``. Keyword overrides: beam_width, alpha,
-        beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9, disables pruning), use_shortlist.
+        beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9, disables pruning), use_shortlist, glossary.
         """
         return [nbest[0] if nbest else Translation("", score=0.0)
                 for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
@@ -632,12 +664,16 @@ class Translator:
         beta: Optional[float] = None,
         beamsize: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        glossary: Sequence[Tuple[str, str]] = (),
     ) -> List[List[Translation]]:
         """n-best lists (best first) of :class:`Translation`; an empty sentence gets ``[]``.
 
         ``alpha``, ``beta`` and ``beamsize`` must be finite and >= 0 (ValueError otherwise).
         ``use_shortlist``: decode with the vocabulary shortlist (True; the translator must have
         one), without it (False), or as ``decoding.use_shortlist`` says when there is one (None).
+        ``glossary``: (source term, target term) pairs: every occurrence of a source term, as a word,
+        is translated as its target term (:mod:`gnmt_tf.localization.glossary`; a model trained with
+        ``localization.placeholders`` only, ValueError otherwise).
         """
         d = self.decoding
         beam_width = beam_width or d.beam_width
@@ -648,6 +684,9 @@ class Translator:
             raise ValueError("use_shortlist: this translator has no vocabulary shortlist (python -m "
                              "gnmt_tf.shortlist --model-dir DIR builds one)")
         use_shortlist = self.module.uses_shortlist if use_shortlist is None else bool(use_shortlist)
+        if glossary and not self.module.text.takes_glossary:
+            raise ValueError("a glossary needs a model trained with localization.placeholders: its terms are "
+                             "masked as placeholder slots, which this model has not learned")
         options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)  # refused before anything is traced
         search = self.module.compiled_nbest(beam_width, n_best, return_attention, use_shortlist)
         results: List[List[Translation]] = [[] for _ in sentences]
@@ -657,7 +696,7 @@ class Translator:
             out["translations"] = self._restored(out["translations"], masked, chunk)
             return out
 
-        ids, counts, masked = self._preprocess(sentences)
+        ids, counts, masked = self._preprocess(sentences, list(glossary))
         for (chunk, batch, source_lengths), out in self._decoded(decode, self._batches(ids, counts)):
             for row, i in enumerate(chunk):
                 for rank in range(n_best):

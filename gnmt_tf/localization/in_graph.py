@@ -28,7 +28,7 @@ in any tokenizer's alphabet, so the model sees the same unknown word either way.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, Tuple, Union
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -63,6 +63,30 @@ class MaskedBatch(NamedTuple):
         return MaskedBatch(*(tf.repeat(part, times, axis=0) for part in self))
 
 
+class Glossary(NamedTuple):
+    """Required translations of terms, per sentence: source term ``sources[i, g]`` is translated as
+    ``targets[i, g]`` in sentence i (string [N, G]; an empty source term is no entry)."""
+
+    sources: tf.Tensor
+    targets: tf.Tensor
+
+    @staticmethod
+    def none(sentences: tf.Tensor) -> "Glossary":
+        """No terms for any of ``sentences`` [N]."""
+        empty = tf.fill(tf.stack([tf.shape(sentences)[0], 0]), "")
+        return Glossary(empty, empty)
+
+    @staticmethod
+    def of(entries: Sequence[Tuple[str, str]], sentences: tf.Tensor) -> "Glossary":
+        """The same (source term, target term) entries for every one of ``sentences`` [N]."""
+        if not entries:
+            return Glossary.none(sentences)
+        rows = tf.shape(sentences)[0]
+        sources, targets = (tf.tile(tf.constant([[entry[side] for entry in entries]]), tf.stack([rows, 1]))
+                            for side in (0, 1))
+        return Glossary(sources, targets)
+
+
 class Unmasked(NamedTuple):
     """Sentences translated as they are."""
 
@@ -74,9 +98,12 @@ class Unmasked(NamedTuple):
 
 class VerbatimText:
     """What a translator does to text without placeholder masking: nothing (the model's config says
-    ``localization.placeholders: false``); its searches are unconstrained."""
+    ``localization.placeholders: false``); its searches are unconstrained. It takes no glossary: a term
+    is masked as a slot token, which such a model cannot read."""
 
-    def mask(self, sentences: tf.Tensor) -> Unmasked:
+    takes_glossary = False
+
+    def mask(self, sentences: tf.Tensor, glossary: Optional[Glossary] = None) -> Unmasked:
         return Unmasked(sentences)
 
     def restore(self, translations: tf.Tensor, masked: Unmasked) -> tf.Tensor:
@@ -122,40 +149,47 @@ class PlaceholderMasking(tf.Module):
     :class:`gnmt_tf.decoding.constraints.TokenCounts`).
     """
 
+    takes_glossary = True  # terms are masked as slots too (gnmt_tf.localization.glossary)
+
     def __init__(self, slot_token_ids: SlotIds, patterns: PatternSet = DEFAULT_PATTERNS,
                  name: str = "placeholder_masking"):
         super().__init__(name=name)
         if not len(slot_token_ids.words) == len(slot_token_ids.continuations) == MAX_SLOTS:
             raise ValueError(f"{MAX_SLOTS} slot token ids of each form are needed, got {slot_token_ids}")
-        self._slot_ids = slot_token_ids
+        self.slot_token_ids = slot_token_ids
+        self.patterns = patterns
         self._automaton = compile_patterns(patterns)
         # Indexed by class + 1: "no match" (-1) is not a placeholder, nor is a guard's match.
         self._is_placeholder = np.array([False] + [c.is_placeholder for c in patterns.classes], dtype=bool)
         self._to_text = _byte_detokenizer()
 
-    def mask(self, sentences: tf.Tensor) -> MaskedBatch:
-        """``mask`` of every sentence (string [N])."""
+    def mask(self, sentences: tf.Tensor, glossary: Optional[Glossary] = None) -> MaskedBatch:
+        """``mask`` of every sentence (string [N]), with the ``glossary``'s terms (none by default)."""
         with tf.name_scope("mask_placeholders"):
+            glossary = Glossary.none(sentences) if glossary is None else glossary
             data, lengths = _dense(*_byte_parts(sentences))
             data, lengths = _dense(*_without_slot_characters(data, lengths))
             ends, classes = _longest_matches(data, lengths, self._automaton)
+            terms = _term_matches(data, lengths, glossary.sources)
+            is_term = terms.ends > ends  # after the placeholders: a term wins only when it is longer
+            ends = tf.where(is_term, terms.ends, ends)
             chosen = _leftmost_longest(ends)
-            placeholder = chosen & tf.gather(tf.constant(self._is_placeholder), classes + 1)
+            placeholder = chosen & (is_term | tf.gather(tf.constant(self._is_placeholder), classes + 1))
             slots = _slots(placeholder, ends)
             glue = _glue(data, lengths, slots)
             text = self._to_text.text(*_masked_bytes(data, lengths, slots, glue))
-            texts = self._to_text.text(*_slot_bytes(data, slots))
+            texts = self._to_text.text(*_slot_bytes(data, slots, is_term, terms.index, glossary.targets))
             texts = tf.reshape(texts, [-1, MAX_SLOTS])
             return MaskedBatch(text, texts, glue.before, glue.after, slots.count)
 
     def constraint(self, source_ids: tf.Tensor) -> TokenCounts:
         """Every slot token of ``source_ids`` [batch, source] as often in the translation as in the source,
         each a word of its own: a slot character's continuation piece (glued to the word before) never."""
-        words = tf.constant(self._slot_ids.words, tf.int32)
+        words = tf.constant(self.slot_token_ids.words, tf.int32)
         found = tf.equal(tf.expand_dims(source_ids, 2), tf.reshape(words, [1, 1, -1]))
         counts = tf.reduce_sum(tf.cast(found, tf.int32), axis=1)
         required = tf.concat([counts, tf.zeros_like(counts)], axis=1)
-        return TokenCounts(self._slot_ids.words + self._slot_ids.continuations, required)
+        return TokenCounts(self.slot_token_ids.words + self.slot_token_ids.continuations, required)
 
     def restore(self, translations: tf.Tensor, masked: MaskedBatch) -> tf.Tensor:
         """``restore`` of every translation (string [N]) with the placeholders of its source (``masked``, [N, ...])."""
@@ -341,6 +375,50 @@ def _leftmost_longest(ends: tf.Tensor) -> tf.Tensor:
     return chosen
 
 
+class _TermMatches(NamedTuple):
+    ends: tf.Tensor  # int32 [N, W]: the end of the longest term starting at p, 0 if none
+    index: tf.Tensor  # int32 [N, W]: which of the row's terms (the first of equally long ones)
+
+
+def _term_matches(data: tf.Tensor, lengths: tf.Tensor, terms: tf.Tensor) -> _TermMatches:
+    """Where the source terms (string [N, G]) occur in each row as words: no word byte (ASCII letter,
+    digit, underscore, or any byte of a non-ASCII character) right before or after."""
+    rows, count = tf.shape(terms)[0], tf.shape(terms)[1]
+    term_bytes, term_lengths = _dense(*_byte_parts(tf.reshape(terms, [-1])))
+    term_bytes = tf.reshape(term_bytes, tf.stack([rows, count, tf.shape(term_bytes)[1]]))  # [N, G, T]
+    term_lengths = tf.reshape(term_lengths, tf.stack([rows, count]))
+    width = tf.shape(data)[1]
+    longest = tf.reduce_max(tf.concat([tf.reshape(term_lengths, [-1]), tf.zeros([1], tf.int32)], axis=0))
+    padded = tf.pad(data, tf.stack([[0, 0], [0, longest + 1]]))
+
+    def compare(i, matched):
+        window = tf.expand_dims(tf.slice(padded, tf.stack([0, i]), tf.stack([rows, width])), 1)  # [N, 1, W]
+        wanted = tf.expand_dims(tf.gather(term_bytes, i, axis=2), 2)  # [N, G, 1]
+        beyond = tf.expand_dims(i >= term_lengths, 2)
+        return i + 1, matched & (tf.equal(window, wanted) | beyond)
+
+    matched = tf.broadcast_to(tf.expand_dims(term_lengths > 0, 2), tf.stack([rows, count, width]))
+    _, matched = tf.while_loop(lambda i, matched: i < longest, compare, (tf.constant(0), matched))
+    position = tf.reshape(tf.range(width), [1, 1, -1])
+    ends = position + tf.expand_dims(term_lengths, 2)  # [N, G, W]
+    after = tf.gather(padded, tf.reshape(ends, tf.stack([rows, -1])), batch_dims=1)
+    matched &= ~tf.reshape(_is_word_byte(after), tf.shape(ends))
+    matched &= ~tf.expand_dims(_is_word_byte(_shifted(data, -1)), 1)
+    matched &= tf.expand_dims(_in_row(data, lengths), 1)
+    # A column of zeros first: with no term (G = 0, or none matching) the longest end is 0.
+    ends = tf.concat([tf.zeros_like(position + tf.zeros([rows, 1, 1], tf.int32)), tf.where(matched, ends, 0)], 1)
+    index = tf.maximum(tf.cast(tf.argmax(ends, axis=1), tf.int32) - 1, 0)
+    return _TermMatches(tf.reduce_max(ends, axis=1), index)
+
+
+def _is_word_byte(data: tf.Tensor) -> tf.Tensor:
+    """ASCII letters, digits and underscore, and every byte of a non-ASCII character (0x80 and above)."""
+    def within(low: str, high: str):
+        return (data >= ord(low)) & (data <= ord(high))
+
+    return within("a", "z") | within("A", "Z") | within("0", "9") | tf.equal(data, ord("_")) | (data >= 0x80)
+
+
 class _Slots(NamedTuple):
     starts: tf.Tensor  # int32 [N, MAX_SLOTS]: byte offsets (0 for an unused slot)
     ends: tf.Tensor  # int32 [N, MAX_SLOTS]
@@ -410,13 +488,33 @@ def _masked_bytes(data, lengths, slots: _Slots, glue: _Glue) -> Tuple[tf.Tensor,
     return _compact(tf.stack(written, axis=2), tf.stack(kept, axis=2))
 
 
-def _slot_bytes(data: tf.Tensor, slots: _Slots) -> Tuple[tf.Tensor, tf.Tensor]:
-    """The bytes of every slot's placeholder, a row per (sentence, slot): the bytes each covers, in
-    order (a row's slots come in the order of their bytes)."""
-    slot, _ = _slot_of_bytes(data, slots)
-    lengths = tf.reshape(tf.where(slots.used, slots.ends - slots.starts, 0), [-1])
+def _slot_bytes(data, slots: _Slots, is_term, term_index, term_targets) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The bytes of every slot's text, a row per (sentence, slot): the bytes a placeholder covers, or its
+    target term's for a term (``is_term``, ``term_index`` [N, W] at the term's first byte)."""
+    target_values, target_splits = _byte_parts(tf.reshape(term_targets, [-1]))
+    # One split more at the end, so that entry 0 of a row without terms (G = 0) still has a start and an end.
+    target_splits = tf.cast(tf.concat([target_splits, target_splits[-1:]], axis=0), tf.int32)
+    rows, width = tf.shape(data)[0], tf.shape(data)[1]
+    terms_per_row = tf.shape(term_targets)[1]
+    term = tf.gather(is_term, slots.starts, batch_dims=1) & slots.used  # [N, slots]
+    entry = tf.expand_dims(tf.range(rows), 1) * terms_per_row + tf.gather(term_index, slots.starts, batch_dims=1)
+    entry = tf.where(term, entry, 0)
+    target_starts = tf.gather(target_splits, entry)
+    target_lengths = tf.gather(target_splits, entry + 1) - target_starts
+    own_starts = tf.expand_dims(tf.range(rows), 1) * width + slots.starts
+    starts = tf.where(term, tf.size(data) + target_starts, own_starts)
+    lengths = tf.where(term, target_lengths, slots.ends - slots.starts)
+    pool = tf.concat([tf.reshape(data, [-1]), target_values], axis=0)
+    return _segments(pool, tf.reshape(starts, [-1]), tf.reshape(tf.where(slots.used, lengths, 0), [-1]))
+
+
+def _segments(pool: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Ragged rows of ``pool``'s values: row r is ``pool[starts[r]:starts[r] + lengths[r]]`` (int32 [R] each)."""
     splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(lengths, tf.int64))], axis=0)
-    return tf.boolean_mask(data, slot > 0), splits
+    total = splits[-1]
+    row = _row_ids(splits, total)
+    within = tf.cast(tf.range(total) - tf.gather(splits, row), tf.int32)
+    return tf.gather(pool, tf.gather(starts, row) + within), splits
 
 
 def _restored_bytes(data, lengths, masked: MaskedBatch, placeholder_values, placeholder_splits):

@@ -111,7 +111,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------------------------- the pattern set
@@ -343,16 +343,35 @@ class Masked:
     placeholders: Tuple[Placeholder, ...]
 
 
-def mask(text: str, patterns: PatternSet = DEFAULT_PATTERNS) -> Masked:
+TERM = "term"  # the kind of a glossary term's occurrence
+# A term is matched as a word: no letter, digit, underscore or other non-ASCII character right before or after
+# it (the in-graph matcher reads bytes, and every byte of a non-ASCII character counts as a word byte).
+_WORD_CHARACTER = "A-Za-z0-9_\u0080-\U0010ffff"
+
+
+def mask(text: str, patterns: PatternSet = DEFAULT_PATTERNS, glossary: Sequence[Tuple[str, str]] = ()) -> Masked:
     """``text`` with its first :data:`MAX_SLOTS` placeholders replaced by slot tokens, each a word of its
-    own (module docstring). Raises ValueError if ``text`` already holds a slot token's character."""
+    own (module docstring). Raises ValueError if ``text`` already holds a slot token's character.
+
+    ``glossary``: (source term, target term) pairs. An occurrence of a source term (as a word,
+    case-sensitive) is masked like a placeholder and restored as its target term: the translation holds
+    the required term wherever the model puts the slot. A term competes with the placeholders by the
+    leftmost-longest rule, after them (it wins a tie with none); of two entries with one source term,
+    the first."""
     reserved = _SLOT_TOKEN.search(text)
     if reserved is not None:
         raise ValueError(
             f"text holds U+{ord(reserved.group(0)):04X}, a character reserved for placeholder slots, at "
             f"{reserved.start()}: it cannot be masked (no catalog text holds one)"
         )
-    masked = find_placeholders(text, patterns)[:MAX_SLOTS]
+    targets = {}
+    for term, target in glossary:
+        targets.setdefault(term, target)
+    terms = [PatternClass(TERM, re.compile(f"(?<![{_WORD_CHARACTER}]){re.escape(term)}(?![{_WORD_CHARACTER}])"))
+             for term in targets if term]
+    masked = find_placeholders(text, PatternSet(patterns.classes + tuple(terms)) if terms else patterns)
+    masked = [replace(found, text=targets[found.text]) if found.kind == TERM else found
+              for found in masked[:MAX_SLOTS]]
     if not masked:
         return Masked(text, ())
     pieces: List[str] = []

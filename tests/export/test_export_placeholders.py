@@ -71,6 +71,28 @@ def test_the_nbest_lists_keep_them_too(translator):
         assert all(placeholders.check(source, hypothesis.text).ok for hypothesis in nbest), source
 
 
+GLOSSARY = [("file", "dossier-fichier"), ("new folder", "nouveau répertoire")]
+
+
+def test_every_glossary_term_is_in_the_translation(translator):
+    """Required terms by construction too; a sentence without a term translates as without the glossary."""
+    with_terms = texts(translator.translate(SOURCES, glossary=GLOSSARY))
+    without = texts(translator.translate(SOURCES))
+    for source, translation, plain in zip(SOURCES, with_terms, without):
+        present = [target for term, target in GLOSSARY if f" {term} " in f" {source} "]
+        assert all(target in translation for target in present), (source, translation)
+        assert placeholders.check(source, translation).ok
+        if not present:
+            assert translation == plain, source
+    assert any(f" {term} " in f" {s} " for term, _ in GLOSSARY for s in SOURCES)  # the test has terms
+
+
+def test_a_glossary_needs_a_masking_model(translator):
+    verbatim = Translator(translator.model, translator.tokenizer, translator.decoding, text=VERBATIM)
+    with pytest.raises(ValueError, match="glossary needs a model trained with localization.placeholders"):
+        verbatim.translate(["open file"], glossary=GLOSSARY)
+
+
 def test_a_model_without_slot_tokens_is_refused():
     tokenizer = WordpieceTokenizer.learn(["open the file"], vocab_size=60, max_characters=20)
     with pytest.raises(ValueError, match="trained without localization.placeholders"):
@@ -78,12 +100,19 @@ def test_a_model_without_slot_tokens_is_refused():
 
 
 def test_the_saved_model_restores_as_the_python_api_does(translator, tmp_path):
-    # Its serving_default alone, saved with the state it reads (tracing every signature takes 3x as long).
-    tf.saved_model.save(_state(translator.module), str(tmp_path),
-                        signatures={"serving_default": translator.module.translate})
+    # Two signatures, saved with the state they read (tracing every signature takes 3x as long).
+    module = translator.module
+    tf.saved_model.save(_state(module), str(tmp_path), signatures={
+        "serving_default": module.translate, "translate_with_glossary": module.translate_with_glossary})
     loaded = tf.saved_model.load(str(tmp_path))
     out = loaded.signatures["serving_default"](sentences=tf.constant(SOURCES))
     assert [t.decode("utf-8") for t in out["translations"].numpy()] == texts(translator.translate(SOURCES))
+    terms = [tf.constant([[entry[side] for entry in GLOSSARY]] * len(SOURCES)) for side in (0, 1)]
+    options = {name: tf.constant(value) for name, value in module.default_options.items()}
+    out = loaded.signatures["translate_with_glossary"](sentences=tf.constant(SOURCES), term_sources=terms[0],
+                                                       term_targets=terms[1], **options)
+    assert ([t.decode("utf-8") for t in out["translations"].numpy()]
+            == texts(translator.translate(SOURCES, glossary=GLOSSARY)))
 
 
 def test_tflite_restores_as_the_python_api_does(translator):

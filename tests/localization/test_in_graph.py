@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from gnmt_tf.localization import placeholders
-from gnmt_tf.localization.in_graph import MaskedBatch, PlaceholderMasking, SlotIds
+from gnmt_tf.localization.in_graph import Glossary, MaskedBatch, PlaceholderMasking, SlotIds
 from gnmt_tf.localization.placeholders import MAX_SLOTS, SLOT_TOKENS
 
 S1, S2, S3 = SLOT_TOKENS[:3]
@@ -139,3 +139,34 @@ def test_the_constraint_counts_the_slot_tokens_of_each_source(masking):
     expected = np.zeros([2, 2 * MAX_SLOTS], np.int32)
     expected[0, 0], expected[0, 1] = 2, 1
     np.testing.assert_array_equal(constraint.required.numpy(), expected)
+
+
+GLOSSARY = [("file", "fichier"), ("the file", "le fichier"), ("folder", "dossier"), ("%s", "never")]
+TERM_CASES = [
+    "Delete the file %s or the files, file.",
+    "profile file_x file-name (file)",
+    "no term here",
+    "",
+    "folder/file: <b>folder</b>",
+    "le fichier été file\u00a0folder",
+]
+
+
+def test_glossary_terms_mask_and_restore_as_python_does(masking):
+    """Terms as words only, the longest first, placeholders winning ties; restored as their target terms."""
+    glossary = Glossary.of(GLOSSARY, tf.constant(TERM_CASES))
+    masked = masking.mask(tf.constant(TERM_CASES), glossary)
+    for row, sentence in enumerate(TERM_CASES):
+        expected = placeholders.mask(sentence, glossary=GLOSSARY)
+        got = as_python(masked, row)
+        assert (got.text, [(p.text, p.glued_before, p.glued_after) for p in got.placeholders]) == (
+            expected.text, [(p.text, p.glued_before, p.glued_after) for p in expected.placeholders]), sentence
+    restored = decoded(masking.restore(masked.text, masked))
+    assert restored[0] == "Delete le fichier %s or the files, fichier."  # the hand-computed reference
+    assert restored[1] == "profile file_x fichier-name (fichier)"
+
+
+def test_no_glossary_is_the_empty_glossary(masking):
+    sentences = tf.constant(TERM_CASES)
+    plain, empty = masking.mask(sentences), masking.mask(sentences, Glossary.of([], sentences))
+    assert decoded(plain.text) == decoded(empty.text) == [placeholders.mask(s).text for s in TERM_CASES]
