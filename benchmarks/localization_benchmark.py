@@ -15,8 +15,8 @@ catalogs of ``benchmarks/heldout_catalogs.py``) it reports:
 * **format placeholders kept exactly**: of the sources holding a format placeholder (printf, Python's
   %-mapping, braces, ``${}``), the share whose translation holds each of them exactly as often and no
   other (``gnmt_tf.localization.placeholders.check``, order aside); the references' own share beside it;
-* **tags and entities kept**: the same for markup and character entities, and the share of translations
-  holding tags whose tags are well formed (each closing tag closes the last open one);
+* **tags and entities kept**: the same for markup and character entities; and of the sources whose tags
+  are well formed (each closing tag closes the last open one), the share of translations whose tags are;
 * **BLEU** (sacrebleu) on all pairs, on the pairs whose source holds a placeholder and on the others;
 * **words/s**: translated words per second over the whole set at batch 32 (the second pass: the first
   pays the tracing);
@@ -114,7 +114,11 @@ def placeholder_measures(pairs: Sequence[Pair], hypotheses: Sequence[str]) -> Di
         "format_kept_by_references": share([kept(s, r, FORMAT_CLASSES) for s, r in zip(sources, references)]),
         "markup_kept": share([kept(s, h, MARKUP_CLASSES) for s, h in zip(sources, hypotheses)]),
         "markup_kept_by_references": share([kept(s, r, MARKUP_CLASSES) for s, r in zip(sources, references)]),
-        "tags_well_formed": share([well_formed(h) for h in hypotheses]),
+        # Of the translations of sources whose own tags are well formed (a source may hold a closing tag
+        # whose opening one is no markup, "<label>x</label>", or a fragment).
+        "tags_well_formed": share([well_formed(h) if well_formed(s) else None for s, h in zip(sources, hypotheses)]),
+        "tags_well_formed_in_references": share([well_formed(r) if well_formed(s) else None
+                                                 for s, r in zip(sources, references)]),
         "bleu": bleu(hypotheses, references),
         "bleu_with_placeholders": bleu([h for h, x in zip(hypotheses, holds) if x],
                                        [r for r, x in zip(references, holds) if x]),
@@ -207,11 +211,14 @@ def term_measures(pairs: Sequence[Pair], plain: Sequence[str], with_glossary: Se
                       for h, terms in zip(hypotheses, holding)])
 
     references = [" ".join(target.split()) for _, target in pairs]
-    without = [i for i, terms in enumerate(holding) if not terms]
+    def subset_bleu(hypotheses, with_terms: bool):
+        rows = [i for i, terms in enumerate(holding) if bool(terms) == with_terms]
+        return bleu([hypotheses[i] for i in rows], [references[i] for i in rows])
+
     return {"term_hits_without_glossary": hits(plain), "term_hits_with_glossary": hits(with_glossary),
-            "bleu_without_terms": bleu([plain[i] for i in without], [references[i] for i in without]),
-            "bleu_without_terms_with_glossary": bleu([with_glossary[i] for i in without],
-                                                     [references[i] for i in without]),
+            "bleu_without_terms": subset_bleu(plain, False),
+            "bleu_without_terms_with_glossary": subset_bleu(with_glossary, False),
+            "bleu_with_terms": subset_bleu(plain, True), "bleu_with_terms_with_glossary": subset_bleu(with_glossary, True),
             "bleu_with_glossary": bleu(with_glossary, references)}
 
 
