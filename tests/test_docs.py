@@ -129,6 +129,12 @@ PARSE_ONLY = {
         "the README's smoke run: two minutes of reading the gettext catalogs and training; tests/cli/test_train_cli.py "
         "runs the command on a small TSV",
     "gnmt_tf.train --target-lang de": "trains the small config on the gettext catalogs for ten minutes",
+    "gnmt_tf.train --model-dir runs/en-fr --set localization.placeholders=true":
+        "trains the small config for ten minutes (on runs/en-fr, the number model without slot tokens, it is "
+        "refused); tests/cli/test_train_placeholders.py trains a tiny model with the option",
+    "gnmt_tf.translate --model-dir runs/en-fr --glossary terms.tsv --input messages.txt":
+        "a glossary needs a model trained with localization.placeholders, which the number model is not; "
+        "tests/export/test_export_placeholders.py translates with a glossary",
     "gnmt_tf.train --set model.units=128 --max-steps 200": "200 steps of the small config: minutes",
     "gnmt_tf.train --config gnmt_wmt14_enfr --train train.tsv.gz --dev newstest2013.tsv --model-dir runs/wmt14-enfr":
         "the paper's recipe: WMT'14 data that is not here and days of training",

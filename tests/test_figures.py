@@ -148,7 +148,8 @@ ALL = [citation for page in PAGES for citation in citations(page)]
 
 
 # The results files docs/benchmarks.md states today's figures from.
-CITED_RESULTS = {"artifacts.json", "artifacts_trained.json", "decode.json", "int8_matmul.json", "peer_decode.json",
+CITED_RESULTS = {"artifacts.json", "artifacts_trained.json", "decode.json", "int8_matmul.json", "localization.json",
+                 "peer_decode.json",
                  "pareto.json", "quality.json", "serving_load.json", "shortlist.json", "tflite_profile.json", "training_levers.json",
                  "training_throughput.json"}
 
