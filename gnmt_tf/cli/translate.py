@@ -7,6 +7,13 @@ similar length. With --n-best N > 1 each sentence gets N lines in the Moses
 n-best format ``INDEX ||| TRANSLATION ||| SCORE`` (INDEX counts input lines from
 0; a blank line gets no entries).
 
+With --alignments each translation is followed by its word alignment, as Marian and
+OpenNMT write it: ``TRANSLATION ||| 0-0 1-2 2-1``, one ``SOURCE-TARGET`` pair per word of
+the translation (0-based indices of the words of the input line and of the translation,
+split on white space), the source word it attends to most (eq. 4-5, summed over the
+words' wordpieces; gnmt_tf.inference.alignment). A blank line gets `` ||| ``. With
+--n-best the alignment is a fourth field: ``INDEX ||| TRANSLATION ||| SCORE ||| ALIGNMENT``.
+
 With --plot-attention DIR the attention matrix of each sentence's best
 translation (eq. 4-5) is also drawn, one PNG per input line in input order:
 DIR/0001.png for the first line, DIR/0002.png for the second, ... (a blank line
@@ -47,6 +54,11 @@ def add_arguments(parser) -> None:
         "written out in input order before the next is read; bounds memory on long inputs (default: 1000)",
     )
     common.add_plot_attention_argument(parser, "each line's best translation")
+    parser.add_argument(
+        "--alignments", action="store_true",
+        help="write each translation's word alignment after it, 'TRANSLATION ||| 0-0 1-2 ...' (source word - "
+        "target word, from 0; with --n-best a fourth field)",
+    )
     parser.add_argument(
         "--glossary", default=None, metavar="FILE",
         help="required translations of terms, 'source term<TAB>target term' lines: every occurrence of a source "
@@ -93,6 +105,8 @@ def check(parser, args) -> None:
         parser.error("--po reads the catalog: give --po or --input, not both")
     if args.n_best > 1 or args.plot_attention:
         parser.error("--n-best and --plot-attention are for lines, not for --po")
+    if args.alignments:
+        parser.error("--alignments is for lines, not for --po")
 
 
 def _overrides(args) -> dict:
@@ -117,10 +131,17 @@ def translate(args) -> int:
     return 0
 
 
+def _alignment_text(translation) -> str:
+    """A translation's alignment as "0-0 1-2 ...": source word - target word pairs ("" for no translation)."""
+    pairs = translation.alignment if translation is not None else None
+    return " ".join(f"{source}-{target}" for source, target in pairs or ())
+
+
 def translate_stream(translator, source, target, args) -> int:
     """Translate ``source`` line by line into ``target``, ``args.chunk_size`` lines at a time."""
     overrides = _overrides(args)
     plot_directory = getattr(args, "plot_attention", None)
+    alignments = getattr(args, "alignments", False)
     started = time.monotonic()
     count = 0
     chunk = []
@@ -128,16 +149,21 @@ def translate_stream(translator, source, target, args) -> int:
     def flush():
         nonlocal count
         lines = [line.rstrip("\n").rstrip("\r") for line in chunk]
-        if args.n_best > 1 or plot_directory:
+        if args.n_best > 1 or plot_directory or alignments:
             results = translator.translate_nbest(
-                lines, n_best=args.n_best, return_attention=bool(plot_directory), **overrides
+                lines, n_best=args.n_best, return_attention=bool(plot_directory), return_alignment=alignments,
+                **overrides,
             )
             for offset, nbest in enumerate(results):
                 if args.n_best == 1:  # what translator.translate gives
-                    target.write((nbest[0].text if nbest else "") + "\n")
+                    best = nbest[0] if nbest else None
+                    text = best.text if best else ""
+                    target.write((f"{text} ||| {_alignment_text(best)}" if alignments else text) + "\n")
                     continue
                 for hypothesis in nbest:
-                    target.write(f"{count + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n")
+                    fields = [str(count + offset), hypothesis.text, f"{hypothesis.score:.4f}"]
+                    fields += [_alignment_text(hypothesis)] if alignments else []
+                    target.write(" ||| ".join(fields) + "\n")
         else:
             results = translator.translate(lines, **overrides)
             for translation in results:
@@ -210,6 +236,7 @@ COMMAND = Command(
     check=check,
     examples=("--model-dir runs/en-fr < in.txt > out.txt",
               "--model-dir runs/en-fr --n-best 4 --beam-width 8 < in.txt",
+              "--model-dir runs/en-fr --alignments < in.txt",
               "--model-dir runs/en-fr --po messages.pot --po-language fr --output fr.po"),
     # The translator's ValueError: a request it cannot decode (more n-best entries than the beam holds);
     # gnmt_tf.localization.po.PoError, a ValueError too: a malformed catalog (its file and line).

@@ -10,7 +10,7 @@ imports it on machines that only send requests.
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 
 class Translation(NamedTuple):
@@ -28,6 +28,11 @@ class Translation(NamedTuple):
     source_pieces: Optional[List[str]] = None  # the source wordpieces the model saw, EOS included
     attention: Optional[Any] = None  # NumPy [target pieces + EOS, source pieces], when requested
     truncated: bool = False
+    # (source word, target word) pairs, 0-based indices of the words (split on white space) of the sentence
+    # and of ``text``: each target word once, with the source word it attends to most (a hard alignment, as
+    # Marian's and OpenNMT's "src-tgt" pairs), when requested; the Python API computes it, the runners of the
+    # exports (TFLite, the serving client) leave it None
+    alignment: Optional[List[Tuple[int, int]]] = None
 
 
 def texts(translations: List[Translation]) -> List[str]:

@@ -27,6 +27,7 @@ tensors into Python strings and :class:`Translation` records::
     translator = Translator(model, tokenizer, config.decoding)
     translator.translate(["Open the file", "Save as..."])          # best translations
     translator.translate_nbest(["Open the file"], n_best=4)         # Translation records
+    translator.translate(["Open the file"], return_alignment=True)  # with each word's source word
     translator.score(["Open the file"], ["Ouvrir le fichier"])      # log P and eq. 14 of given ones
 
 A vocabulary shortlist (:mod:`gnmt_tf.data.shortlist`), when the module is given one, is
@@ -57,6 +58,7 @@ from gnmt_tf.data.shortlist import Shortlist, ShortlistTables
 from gnmt_tf.decoding import BeamSearch, ForcedScoring, GreedySearch, decode
 from gnmt_tf.decoding.buckets import BucketedRows, ShapeBuckets
 from gnmt_tf.decoding.options import SEARCH_OPTIONS, assert_search_options, check_search_option
+from gnmt_tf.inference.alignment import alignment_pairs, word_alignments, word_initial_table
 from gnmt_tf.inference.results import Translation
 from gnmt_tf.localization.in_graph import VERBATIM, Glossary, TextMasking
 from gnmt_tf.layers.recurrence import STEPWISE, Recurrence
@@ -137,7 +139,10 @@ class TranslatorModule(tf.Module):
     * ``translate_nbest(sentences, alpha, beta, beamsize)``: n-best lists ``translations``
       [batch, n_best], ``scores``, ``lengths``, ``attention`` [batch, n_best, target, source],
       and the wordpieces the attention refers to, ``source_pieces`` [batch, source] and
-      ``target_pieces`` [batch, n_best, target] (padded with "").
+      ``target_pieces`` [batch, n_best, target] (padded with ""); ``alignments`` int32 [batch, n_best,
+      target words]: for each word of a translation, the source word with the most attention (word indices
+      of the sentence and the translation as returned, split on white space; -1 pads;
+      :mod:`gnmt_tf.inference.alignment`).
 
     With placeholder masking (``text``), also:
 
@@ -403,11 +408,25 @@ class TranslatorModule(tf.Module):
         """
         return self._best_translations(sentences, *self._default_options(), target=target)
 
+    def word_alignments(self, source_ids, ids, attention, masked, source_masked=None) -> tf.Tensor:
+        """For each word of each hypothesis, the source word with the most attention (int32 [batch, n, target
+        words], -1 padded; :func:`gnmt_tf.inference.alignment.word_alignments`): word indices of the sentences
+        and the translations as the user sees them, after the text masking's restore.
+
+        ``masked``: what the text masking made of the sentences (a row each); ``source_masked``: the same with
+        the source terms in the slots, when a glossary put its target terms in ``masked`` (None: ``masked``).
+        """
+        word_initial = tf.constant(word_initial_table(self.tokenizer.pieces))
+        return word_alignments(attention, ids, source_ids, word_initial, self.text,
+                               masked if source_masked is None else source_masked, masked)
+
     def _translate_nbest(self, sentences, alpha, beta, beamsize, use_shortlist=None):
         alpha, beta, beamsize = self.checked_options(alpha=alpha, beta=beta, beamsize=beamsize)
         masked = self.text.mask(sentences)
-        outputs = self.nbest_outputs(self.source_ids(masked.text), alpha, beta, beamsize, self.beam_width,
-                                     self.n_best, True, use_shortlist=use_shortlist)
+        source_ids = self.source_ids(masked.text)
+        outputs = self.nbest_outputs(source_ids, alpha, beta, beamsize, self.beam_width, self.n_best, True,
+                                     use_shortlist=use_shortlist)
+        outputs["alignments"] = self.word_alignments(source_ids, outputs["ids"], outputs["attention"], masked)
         del outputs["log_probs"], outputs["ids"]
         flat = self.text.restore(tf.reshape(outputs["translations"], [-1]), masked.repeated(self.n_best))
         outputs["translations"] = tf.reshape(flat, [-1, self.n_best])
@@ -476,6 +495,13 @@ class TranslatorModule(tf.Module):
             return graph_function(search, input_signature=[SOURCE_IDS, SCALAR, SCALAR, SCALAR])
 
         return self.compiled(("nbest", beam_width, n_best, return_attention, use_shortlist), make)
+
+    def compiled_alignments(self):
+        """:meth:`word_alignments` of a batch's search outputs (source ids, ids, attention), masked rows."""
+        def align(source_ids, ids, attention, masked, source_masked):
+            return self.word_alignments(source_ids, ids, attention, masked, source_masked)
+
+        return self.compiled(("alignments",), lambda: graph_function(align, reduce_retracing=True))
 
     def compiled_greedy(self):
         """Greedy translations of source ids (quick dev BLEU during training)."""
@@ -591,16 +617,9 @@ class Translator:
         (NumPy, a row each)."""
         if not sentences:
             return np.zeros([0, 1], np.int32), np.zeros([0], np.int32), ()
-        strings = tf.constant(list(sentences), tf.string)
-        if glossary:
-            terms = [tf.tile(tf.constant([[entry[side] for entry in glossary]]), [len(sentences), 1])
-                     for side in (0, 1)]
-            masked = self.module.compiled_mask_with_glossary()(strings, *terms)
-        else:
-            masked = self.module.compiled_mask()(strings)
-        ids, counts = self.module.compiled_preprocess()(masked.text)
+        masked = self._masked(sentences, glossary)
+        ids, counts = self.module.compiled_preprocess()(tf.constant(masked.text))
         ids, counts = ids.numpy(), counts.numpy()
-        masked = type(masked)(*(part.numpy() for part in masked))
         long = np.flatnonzero(counts > self.max_input_length)
         if len(long) and not self.truncate_long_inputs:
             raise ValueError(
@@ -608,6 +627,35 @@ class Translator:
                 f"({self.max_input_length})"
             )
         return ids, counts, masked
+
+    def _masked(self, sentences: Sequence[str], glossary: Sequence[Tuple[str, str]] = ()) -> tuple:
+        """What the text masking makes of non-empty ``sentences`` with the glossary's terms (NumPy)."""
+        strings = tf.constant(list(sentences), tf.string)
+        if glossary:
+            terms = [tf.tile(tf.constant([[entry[side] for entry in glossary]]), [len(sentences), 1])
+                     for side in (0, 1)]
+            masked = self.module.compiled_mask_with_glossary()(strings, *terms)
+        else:
+            masked = self.module.compiled_mask()(strings)
+        return type(masked)(*(part.numpy() for part in masked))
+
+    def _source_masked(self, sentences: Sequence[str], glossary: Sequence[Tuple[str, str]],
+                       masked: tuple) -> tuple:
+        """``masked`` as the sentences' words need it: with a glossary, each term's slot holds its source term
+        (a glossary of each term to itself masks the same slots), not the target term restore writes."""
+        if not glossary or not sentences:
+            return masked
+        return self._masked(sentences, [(term, term) for term, _ in glossary])
+
+    def _alignments(self, batch: np.ndarray, out: Dict[str, np.ndarray], masked: tuple, source_masked: tuple,
+                    rows: Sequence[int]) -> np.ndarray:
+        """The module's word alignments of one batch's search outputs (the sentences ``rows``)."""
+        def of_rows(parts):
+            return type(parts)(*(part[rows] for part in parts))
+
+        return self.module.compiled_alignments()(tf.constant(batch), tf.constant(out["ids"]),
+                                                 tf.constant(out["attention"]), of_rows(masked),
+                                                 of_rows(source_masked)).numpy()
 
     def _restored(self, texts: np.ndarray, masked: tuple, rows: Sequence[int]) -> List[List[str]]:
         """Translations [k, n] (bytes) of the sentences ``rows`` with the text masking's restore, as str."""
@@ -649,7 +697,8 @@ class Translator:
         """The best translation of each sentence (beam search with eq. 14), in input order.
 
         An empty sentence gets ``Translation("", score=0.0)``. Keyword overrides: beam_width, alpha,
-        beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9, disables pruning), use_shortlist, glossary.
+        beta, beamsize (finite and >= 0; ``no_pruning()``, 1e9, disables pruning), use_shortlist, glossary;
+        and return_attention, return_alignment as :meth:`translate_nbest` takes them.
         """
         return [nbest[0] if nbest else Translation("", score=0.0)
                 for nbest in self.translate_nbest(sentences, n_best=1, **overrides)]
@@ -665,6 +714,7 @@ class Translator:
         beamsize: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
         glossary: Sequence[Tuple[str, str]] = (),
+        return_alignment: bool = False,
     ) -> List[List[Translation]]:
         """n-best lists (best first) of :class:`Translation`; an empty sentence gets ``[]``.
 
@@ -674,6 +724,9 @@ class Translator:
         ``glossary``: (source term, target term) pairs: every occurrence of a source term, as a word,
         is translated as its target term (:mod:`gnmt_tf.localization.glossary`; a model trained with
         ``localization.placeholders`` only, ValueError otherwise).
+        ``return_alignment``: each Translation's ``alignment``, (source word, target word) pairs: for each
+        word of the translation, the source word with the most attention (:mod:`gnmt_tf.inference.alignment`;
+        word indices of the sentence and the translation, split on white space).
         """
         d = self.decoding
         beam_width = beam_width or d.beam_width
@@ -688,15 +741,19 @@ class Translator:
             raise ValueError("a glossary needs a model trained with localization.placeholders: its terms are "
                              "masked as placeholder slots, which this model has not learned")
         options = self._options(alpha=alpha, beta=beta, beamsize=beamsize)  # refused before anything is traced
-        search = self.module.compiled_nbest(beam_width, n_best, return_attention, use_shortlist)
+        search = self.module.compiled_nbest(beam_width, n_best, return_attention or return_alignment,
+                                            use_shortlist)
         results: List[List[Translation]] = [[] for _ in sentences]
 
         def decode(chunk, batch, source_lengths):
             out = {key: value.numpy() for key, value in search(tf.constant(batch), *options).items()}
+            if return_alignment:
+                out["alignments"] = self._alignments(batch, out, masked, source_masked, chunk)
             out["translations"] = self._restored(out["translations"], masked, chunk)
             return out
 
         ids, counts, masked = self._preprocess(sentences, list(glossary))
+        source_masked = self._source_masked(sentences, list(glossary), masked) if return_alignment else masked
         for (chunk, batch, source_lengths), out in self._decoded(decode, self._batches(ids, counts)):
             for row, i in enumerate(chunk):
                 for rank in range(n_best):
@@ -713,6 +770,7 @@ class Translator:
                         attention=(out["attention"][row, rank, :length, : source_lengths[row]]
                                    if return_attention else None),
                         truncated=bool(counts[i] > self.max_input_length),
+                        alignment=alignment_pairs(out["alignments"][row, rank]) if return_alignment else None,
                     ))
         return results
 

@@ -19,6 +19,12 @@ Restoring (:meth:`PlaceholderMasking.restore`): every slot token of a translatio
 ``F3 B0 80 91..A0``) is replaced by its placeholder's bytes and the spaces next to it are removed
 as :func:`~gnmt_tf.localization.placeholders.restore` removes them.
 
+Words (:meth:`PlaceholderMasking.restored_words`): where each word of a masked text lies among the words of
+the text the user sees (the sentence as given, the restored translation), for word alignments
+(:mod:`gnmt_tf.inference.alignment`). A slot word spans its placeholder's words (``<a href="x">`` is two);
+a slot glued before is one word with the word before it, and the word after a slot glued after is one with
+the slot's, as restore removes the spaces mask added. :data:`VERBATIM`'s words are the user's.
+
 One difference from the Python ``mask``, which refuses a text holding a slot token's character: in
 the graph (which cannot raise in TFLite) each such character becomes "⁇" before masking, so it can
 neither pose as a slot nor be restored. A NUL byte (U+0000) in a string turns into "⁇" too, and
@@ -87,6 +93,39 @@ class Glossary(NamedTuple):
         return Glossary(sources, targets)
 
 
+class MaskedWords(NamedTuple):
+    """The words of masked texts (sources or translations) as the tokenizer splits them, from their wordpiece
+    ids: a row per text (:func:`gnmt_tf.inference.alignment.piece_words`)."""
+
+    first_ids: tf.Tensor  # int32 [N, W]: each word's first wordpiece (PAD past ``count``)
+    single_piece: tf.Tensor  # bool [N, W]: the word is that one wordpiece
+    count: tf.Tensor  # int32 [N]: the words of each text
+
+
+class RestoredWords(NamedTuple):
+    """Where each word of masked texts lies in the texts the user sees (the sentences as given, the restored
+    translations): in the restored words ``first`` to ``last``. A slot whose text holds white space spans
+    several; two masked words that restore joins lie in one. Empty (``last < first``) past a row's words."""
+
+    first: tf.Tensor  # int32 [N, W]
+    last: tf.Tensor  # int32 [N, W]
+    count: tf.Tensor  # int32 [N]: the words of each restored text
+
+
+def restored_spans(spans: tf.Tensor, joins: tf.Tensor) -> RestoredWords:
+    """Each masked word's restored words from how many its text holds (``spans``, int32 [N, W]; 0 past a row's
+    words) and whether its first one is the previous word's last (``joins``, bool [N, W])."""
+    joined = tf.cast(joins, tf.int32)
+    first = tf.cumsum(spans, axis=1, exclusive=True) - tf.cumsum(joined, axis=1)
+    count = tf.reduce_sum(spans, axis=1) - tf.reduce_sum(joined, axis=1)
+    return RestoredWords(first, first + spans - 1, count)
+
+
+def _real_words(words: MaskedWords) -> tf.Tensor:
+    """bool [N, W]: the word is one of its row's (not padding)."""
+    return tf.expand_dims(tf.range(tf.shape(words.first_ids)[1]), 0) < tf.expand_dims(words.count, 1)
+
+
 class Unmasked(NamedTuple):
     """Sentences translated as they are."""
 
@@ -111,6 +150,10 @@ class VerbatimText:
 
     def constraint(self, source_ids: tf.Tensor):
         return UNCONSTRAINED
+
+    def restored_words(self, words: MaskedWords, masked: Unmasked) -> RestoredWords:
+        """The texts are the user's: each word is itself."""
+        return restored_spans(tf.cast(_real_words(words), tf.int32), tf.zeros_like(words.single_piece))
 
 
 VERBATIM = VerbatimText()
@@ -197,6 +240,36 @@ class PlaceholderMasking(tf.Module):
             data, lengths = _dense(*_byte_parts(translations))
             return self._to_text.text(*_restored_bytes(data, lengths, masked, *_byte_parts(
                 tf.reshape(masked.placeholders, [-1]))))
+
+    def restored_words(self, words: MaskedWords, masked: MaskedBatch) -> RestoredWords:
+        """Where each word of masked texts lies in the restored ones: masked sources and their sentences as
+        given, or translations and their restored texts (``masked``: a row each).
+
+        Restore writes each slot's text in its token's place, so a slot word spans that text's words, and it
+        removes the space mask added on each side the source glued: a slot glued before joins the word before
+        it, and the word after a slot glued after joins the slot's (when the token is the whole word, as mask
+        and the constrained search write it). Not where the slot's text begins or ends with white space.
+        """
+        with tf.name_scope("restored_words"):
+            real = _real_words(words)
+            slot = _slot_numbers(words.first_ids, self.slot_token_ids.words)
+            known = real & (slot > 0) & (slot <= tf.expand_dims(masked.count, 1))
+            index = tf.maximum(slot - 1, 0)
+
+            def of_slot(part):
+                return known & tf.gather(part, index, batch_dims=1)
+
+            text = _text_words(masked.placeholders)
+            spans = tf.where(known, tf.gather(text.words, index, batch_dims=1), tf.cast(real, tf.int32))
+            ends_with_token = known & words.single_piece
+
+            def after(part):  # the previous word's slot's, where the token ends that word
+                return _shifted(ends_with_token & of_slot(part), -1)
+
+            space_removed = of_slot(masked.glued_before) | after(masked.glued_after)
+            space_kept = of_slot(text.leading_space) | after(text.trailing_space)
+            follows_a_word = real & (tf.expand_dims(tf.range(tf.shape(real)[1]), 0) > 0)  # a slot may be first
+            return restored_spans(spans, follows_a_word & space_removed & ~space_kept)
 
 
 TextMasking = Union[VerbatimText, PlaceholderMasking]
@@ -323,6 +396,32 @@ def _whitespace_ends(data: tf.Tensor) -> tf.Tensor:
     """bool [N, W]: a White_Space character ends right before p (valid UTF-8: a lead byte starts each
     sequence, so a match is that character)."""
     return tf.reduce_any(tf.stack([_sequence_at(data, s, -len(s)) for s in _WHITESPACE_SEQUENCES]), axis=0)
+
+
+def _slot_numbers(ids: tf.Tensor, slot_word_ids: Sequence[int]) -> tf.Tensor:
+    """int32 [N, W]: the slot (1-based) whose token's word-initial piece ``ids`` is, 0 for another piece."""
+    found = tf.equal(tf.expand_dims(ids, 2), tf.reshape(tf.constant(slot_word_ids, tf.int32), [1, 1, -1]))
+    numbers = tf.reshape(tf.range(1, len(slot_word_ids) + 1), [1, 1, -1])
+    return tf.reduce_sum(tf.where(found, numbers, 0), axis=2)
+
+
+class _TextWords(NamedTuple):
+    words: tf.Tensor  # int32: the White_Space-separated words of each text
+    leading_space: tf.Tensor  # bool: the text starts with White_Space
+    trailing_space: tf.Tensor  # bool: ... ends with it
+
+
+def _text_words(texts: tf.Tensor) -> _TextWords:
+    """The words of strings of any shape, as the tokenizer (and ``str.split``) splits them."""
+    data, lengths = _dense(*_byte_parts(tf.reshape(texts, [-1])))
+    space_starts, space_ends = _whitespace_starts(data), _whitespace_ends(data)
+    is_lead_byte = (data < 0x80) | (data >= 0xC0)  # UTF-8: a character starts here
+    first = tf.equal(tf.expand_dims(tf.range(tf.shape(data)[1]), 0), 0)
+    word_starts = _in_row(data, lengths) & is_lead_byte & ~space_starts & (first | space_ends)
+    present = lengths > 0
+    words = _TextWords(tf.reduce_sum(tf.cast(word_starts, tf.int32), axis=1), present & space_starts[:, 0],
+                       present & tf.gather(space_ends, lengths, batch_dims=1))
+    return _TextWords(*(tf.reshape(part, tf.shape(texts)) for part in words))
 
 
 # --------------------------------------------------------------------------------- finding
