@@ -171,3 +171,41 @@ def package_metadata():
     from distutils.core import run_setup
 
     return run_setup(os.path.join(ROOT, "setup.py"), stop_after="init")
+
+
+def random_gnmt(config, seed=0, eos_bias=-2.0):
+    """A built GNMT of ``config.model`` with uniform(-1, 1) weights (larger than training's init, so that
+    outputs vary with the input) and EOS made less likely, so that translations are not all empty."""
+    import tensorflow as tf
+
+    from gnmt_tf.models.gnmt import GNMT
+
+    model = GNMT(config.model)
+    model.build()
+    rng = np.random.default_rng(seed)
+    for weight in model.trainable_weights:
+        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
+    bias = model.decoder.softmax_projection.bias
+    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [eos_bias]))
+    return model
+
+
+SOFTWARE_WORDS = "open save file folder the a of to in new delete copy name user".split()
+
+
+def masked_software_text(seed=0, count=200):
+    """Masked software-message-like sentences (words and a "%s"), to learn a vocabulary with slot tokens."""
+    from gnmt_tf.localization import placeholders
+
+    rng = np.random.default_rng(seed)
+    sentences = [" ".join(rng.choice(SOFTWARE_WORDS, size=rng.integers(1, 7))) + " %s" for _ in range(count)]
+    return [placeholders.mask(sentence).text for sentence in sentences]
+
+
+def slot_vocabulary():
+    """A small wordpiece vocabulary learned from :func:`masked_software_text`, the slot tokens reserved."""
+    from gnmt_tf.data.tokenizer import WordpieceTokenizer
+    from gnmt_tf.localization.placeholders import SLOT_TOKENS
+
+    return WordpieceTokenizer.learn(masked_software_text(), vocab_size=140, max_characters=40,
+                                    reserved_characters=SLOT_TOKENS)

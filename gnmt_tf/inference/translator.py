@@ -481,7 +481,8 @@ class TranslatorModule(tf.Module):
         def restore(translations, masked):
             return self.text.restore(translations, masked)
 
-        return self.compiled(("restore",), lambda: graph_function(restore, reduce_retracing=True))
+        return self.compiled(("restore",), lambda: graph_function(
+            restore, input_signature=[tf.TensorSpec([None], tf.string), self.text.masked_spec()]))
 
     def compiled_nbest(self, beam_width: int, n_best: int, return_attention: bool,
                        use_shortlist: bool = False):

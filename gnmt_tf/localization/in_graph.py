@@ -64,6 +64,12 @@ class MaskedBatch(NamedTuple):
     glued_after: tf.Tensor  # bool [N, MAX_SLOTS]: ... after it
     count: tf.Tensor  # int32 [N]: the slots used
 
+    @staticmethod
+    def spec() -> "MaskedBatch":
+        """The TensorSpecs of a batch (a traced restore's input signature)."""
+        texts, flags = tf.TensorSpec([None, MAX_SLOTS], tf.string), tf.TensorSpec([None, MAX_SLOTS], tf.bool)
+        return MaskedBatch(tf.TensorSpec([None], tf.string), texts, flags, flags, tf.TensorSpec([None], tf.int32))
+
     def repeated(self, times: int) -> "MaskedBatch":
         """Each sentence's entry ``times`` times in a row (for an n-best list's translations)."""
         return MaskedBatch(*(tf.repeat(part, times, axis=0) for part in self))
@@ -131,6 +137,10 @@ class Unmasked(NamedTuple):
 
     text: tf.Tensor  # string [N]
 
+    @staticmethod
+    def spec() -> "Unmasked":
+        return Unmasked(tf.TensorSpec([None], tf.string))
+
     def repeated(self, times: int) -> "Unmasked":
         return self
 
@@ -141,6 +151,8 @@ class VerbatimText:
     is masked as a slot token, which such a model cannot read."""
 
     takes_glossary = False
+
+    masked_spec = staticmethod(Unmasked.spec)  # what mask returns, as TensorSpecs
 
     def mask(self, sentences: tf.Tensor, glossary: Optional[Glossary] = None) -> Unmasked:
         return Unmasked(sentences)
@@ -205,6 +217,8 @@ class PlaceholderMasking(tf.Module):
         # Indexed by class + 1: "no match" (-1) is not a placeholder, nor is a guard's match.
         self._is_placeholder = np.array([False] + [c.is_placeholder for c in patterns.classes], dtype=bool)
         self._to_text = _byte_detokenizer()
+
+    masked_spec = staticmethod(MaskedBatch.spec)  # what mask returns, as TensorSpecs
 
     def mask(self, sentences: tf.Tensor, glossary: Optional[Glossary] = None) -> MaskedBatch:
         """``mask`` of every sentence (string [N]), with the ``glossary``'s terms (none by default)."""

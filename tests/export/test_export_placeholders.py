@@ -4,23 +4,19 @@ A tiny model with random weights knows nothing of placeholders; that every trans
 placeholder of its source exactly once is the masking, the constrained search and the restoring at work,
 and the exported artifacts must give the Python API's translations exactly."""
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from export.tflite import TFLiteTranslator, _state, convert_to_tflite, custom_ops, list_ops
 from gnmt_tf.config import load_config
-from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.inference.results import texts
-from gnmt_tf.inference.translator import Translator, TranslatorModule
+from gnmt_tf.inference.translator import Translator
 from gnmt_tf.localization import placeholders
+from gnmt_tf.data.tokenizer import WordpieceTokenizer
 from gnmt_tf.localization.in_graph import PlaceholderMasking, VERBATIM, slot_ids
-from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.vocab import EOS_ID
-from helpers import SHALLOW
+from helpers import SHALLOW, random_gnmt, slot_vocabulary
 
-WORDS = "open save file folder the a of to in new delete copy name user".split()
 SOURCES = [
     "open %s",
     "save the file %s to %s",
@@ -32,27 +28,13 @@ SOURCES = [
 ]
 
 
-def training_text(seed=0, count=200):
-    """Masked sentences for the vocabulary: words and the slot tokens."""
-    rng = np.random.default_rng(seed)
-    sentences = [" ".join(rng.choice(WORDS, size=rng.integers(1, 7))) + " %s" for _ in range(count)]
-    return [placeholders.mask(sentence).text for sentence in sentences]
-
-
 @pytest.fixture(scope="module")
 def translator():
     keras.utils.set_random_seed(4321)
     config = load_config("tiny", overrides=SHALLOW)
-    tokenizer = WordpieceTokenizer.learn(training_text(), vocab_size=140, max_characters=40,
-                                         reserved_characters=placeholders.SLOT_TOKENS)
+    tokenizer = slot_vocabulary()
     config.model.vocab_size = tokenizer.vocab_size
-    model = GNMT(config.model)
-    model.build()
-    rng = np.random.default_rng(0)
-    for weight in model.trainable_weights:
-        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
-    bias = model.decoder.softmax_projection.bias
-    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
+    model = random_gnmt(config)
     return Translator(model, tokenizer, config.decoding, text=PlaceholderMasking(slot_ids(tokenizer)))
 
 

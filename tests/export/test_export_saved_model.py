@@ -85,7 +85,7 @@ class MarkerExporter(Exporter):
 
     format_name = "marker"
 
-    def module(self, model, tokenizer, decoding, shortlist=None):
+    def module(self, model, tokenizer, decoding, shortlist=None, text=None):
         return None
 
     def write(self, translator, directory):

@@ -17,12 +17,10 @@ from export.tflite import (
 from gnmt_tf.inference.translator import TranslatorModule
 from gnmt_tf.layers.cell import GNMTLSTMCell
 from gnmt_tf.config import load_config
-from gnmt_tf.models.gnmt import GNMT
 from gnmt_tf.layers.recurrence import STEPWISE, WRITTEN_GRADIENT, run_lstm
 from gnmt_tf.layers.weights import FLOAT_READER
 from gnmt_tf.data.tokenizer import WordpieceTokenizer
-from gnmt_tf.vocab import EOS_ID
-from helpers import SHALLOW
+from helpers import SHALLOW, random_gnmt
 
 WORDS = "the a cat dog sat on mat house red blue green runs quickly slowly over under big small bird tree".split()
 
@@ -58,13 +56,7 @@ def exported():
     config = load_config("tiny", overrides=SHALLOW)
     tokenizer = WordpieceTokenizer.learn(synthetic_sentences(300), vocab_size=120, max_characters=40)
     config.model.vocab_size = tokenizer.vocab_size
-    model = GNMT(config.model)
-    model.build()
-    rng = np.random.default_rng(0)
-    for weight in model.trainable_weights:
-        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
-    bias = model.decoder.softmax_projection.bias
-    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
+    model = random_gnmt(config)
     translator = TranslatorModule(model, tokenizer, config.decoding, max_input_length=12)
     return translator, convert_to_tflite(translator)
 

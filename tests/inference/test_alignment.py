@@ -20,9 +20,8 @@ from gnmt_tf.inference.translator import Translator
 from gnmt_tf.localization import placeholders
 from gnmt_tf.localization.in_graph import VERBATIM, Glossary, PlaceholderMasking, Unmasked, slot_ids
 from gnmt_tf.localization.placeholders import SLOT_TOKENS
-from gnmt_tf.models.gnmt import GNMT
-from gnmt_tf.vocab import EOS_ID, SPECIAL_TOKENS
-from helpers import SHALLOW, run_in_process
+from gnmt_tf.vocab import SPECIAL_TOKENS
+from helpers import SHALLOW, random_gnmt, run_in_process, slot_vocabulary
 
 pytestmark = pytest.mark.draws_nothing_random  # every draw has its own seeded generator
 
@@ -170,15 +169,8 @@ def test_a_glossary_term_counts_as_the_source_words_of_the_sentence(character_to
 
 
 # --------------------------------------------------------------------------------- a tiny random model
-WORDS = "open save file folder the a of to in new delete copy name user".split()
 SOURCES = ["open %s", "(%s):", "<b>x</b>", "save the file %s to %s", "", "new folder",
            '<a href="{url}">open</a> the &amp; file', "copy %d of %d files"]
-
-
-def training_text(seed=0, count=200):
-    rng = np.random.default_rng(seed)
-    sentences = [" ".join(rng.choice(WORDS, size=rng.integers(1, 7))) + " %s" for _ in range(count)]
-    return [placeholders.mask(sentence).text for sentence in sentences]
 
 
 @pytest.fixture(scope="module")
@@ -186,16 +178,9 @@ def translators():
     """The same random model with placeholder masking and without: {"masked": ..., "verbatim": ...}."""
     keras.utils.set_random_seed(4321)
     config = load_config("tiny", overrides={**SHALLOW, "decoding.beam_width": 2})
-    tokenizer = WordpieceTokenizer.learn(training_text(), vocab_size=140, max_characters=40,
-                                         reserved_characters=SLOT_TOKENS)
+    tokenizer = slot_vocabulary()
     config.model.vocab_size = tokenizer.vocab_size
-    model = GNMT(config.model)
-    model.build()
-    rng = np.random.default_rng(0)
-    for weight in model.trainable_weights:
-        weight.assign(rng.uniform(-1.0, 1.0, weight.shape).astype(np.float32))
-    bias = model.decoder.softmax_projection.bias
-    bias.assign(tf.tensor_scatter_nd_update(bias, [[EOS_ID]], [-2.0]))
+    model = random_gnmt(config)
     masking = PlaceholderMasking(slot_ids(tokenizer))
     return {"masked": Translator(model, tokenizer, config.decoding, text=masking),
             "verbatim": Translator(model, tokenizer, config.decoding, text=VERBATIM)}
