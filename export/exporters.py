@@ -269,7 +269,8 @@ def validate_request(request: ExportRequest, format_name: str) -> None:
 
 def export(request: ExportRequest, format_name: str) -> str:
     """Export the model of ``request.model_dir``; returns the version directory written."""
-    from gnmt_tf.model_files import load_as_one_model, read_shortlist, shortlist_path
+    from gnmt_tf.model_files import (glossary_path, load_as_one_model, read_model_glossary, read_shortlist,
+                                     shortlist_path)
 
     validate_request(request, format_name)
     exporter = EXPORTERS[format_name](request)
@@ -299,7 +300,10 @@ def export(request: ExportRequest, format_name: str) -> str:
         decoding = dataclasses.replace(decoding, beam_width=request.beam_width)
     if request.use_shortlist is not None:
         decoding = dataclasses.replace(decoding, use_shortlist=request.use_shortlist)
-    text = text_masking(config.localization, tokenizer)
+    text = text_masking(config.localization, tokenizer, read_model_glossary(request.model_dir))
+    if text.glossary:
+        request.log(f"with the glossary of {glossary_path(request.model_dir)}: {len(text.glossary)} terms in every "
+                    f"translation")
     translator = exporter.module(model, tokenizer, decoding, shortlist, text)
     if shortlist is not None:
         request.log(f"with the vocabulary shortlist of {shortlist_path(request.model_dir)} (top "

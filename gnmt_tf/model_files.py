@@ -7,6 +7,8 @@
                          the export checks, the dev split of a fine-tune)
       shortlist.npz      optional: the vocabulary shortlist (python -m gnmt_tf.shortlist;
                          gnmt_tf.data.shortlist), with its top-k and frequent counts
+      glossary.tsv       optional, written by you: terms every translation of the model must use
+                         (gnmt_tf.localization.glossary; a model trained with placeholders)
       checkpoints/       tf.train.CheckpointManager: the last N checkpoints (model + optimizer);
                          in a multi-worker run also workertemp_<task>/, a worker's own
                          saves, deleted as soon as written
@@ -51,6 +53,7 @@ WORDPIECES_FILE = "wordpieces.txt"
 DEV_FILE = "dev.tsv"
 TEST_FILE = "test.tsv"  # the held-out test split, when training held one out
 SHORTLIST_FILE = "shortlist.npz"
+GLOSSARY_FILE = "glossary.tsv"  # the model's own glossary, applied to every request (optional)
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 BEST_BLEU_FILE = "best_bleu.txt"  # in best/
@@ -206,6 +209,18 @@ def shortlist_path(model_dir: str) -> str:
 
 def has_shortlist(model_dir: str) -> bool:
     return os.path.exists(shortlist_path(model_dir))
+
+
+def glossary_path(model_dir: str) -> str:
+    return os.path.join(model_dir, GLOSSARY_FILE)
+
+
+def read_model_glossary(model_dir: str) -> List[Tuple[str, str]]:
+    """The model's own glossary (its directory's glossary.tsv, gnmt_tf.localization.glossary), [] without one."""
+    from gnmt_tf.localization.glossary import read_glossary
+
+    path = glossary_path(model_dir)
+    return read_glossary(path) if os.path.exists(path) else []
 
 
 def write_shortlist(model_dir: str, shortlist: "Shortlist") -> str:

@@ -104,6 +104,6 @@ def load_translator(model_dir: Union[str, Sequence[str]], checkpoint: Union[str,
     translator = Translator(  # the checkpoints' weights stay as loaded: precompute what only they decide
         model, tokenizer, config.decoding, batch_size=batch_size, max_input_length=max_input_length,
         shortlist=shortlist, precompute_target_inputs=True, concurrent_batches=concurrent_batches,
-        text=text_masking(config.localization, tokenizer),
+        text=text_masking(config.localization, tokenizer, model_files.read_model_glossary(model_dirs[0])),
     )
     return translator, config, loaded.checkpoint

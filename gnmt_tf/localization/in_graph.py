@@ -98,6 +98,11 @@ class Glossary(NamedTuple):
                             for side in (0, 1))
         return Glossary(sources, targets)
 
+    def followed_by(self, other: "Glossary") -> "Glossary":
+        """This glossary's entries, then ``other``'s (of two entries for one source term, the first counts)."""
+        return Glossary(tf.concat([self.sources, other.sources], axis=1),
+                        tf.concat([self.targets, other.targets], axis=1))
+
 
 class MaskedWords(NamedTuple):
     """The words of masked texts (sources or translations) as the tokenizer splits them, from their wordpiece
@@ -151,6 +156,7 @@ class VerbatimText:
     is masked as a slot token, which such a model cannot read."""
 
     takes_glossary = False
+    glossary = ()  # no terms of its own
 
     masked_spec = staticmethod(Unmasked.spec)  # what mask returns, as TensorSpecs
 
@@ -198,6 +204,8 @@ class PlaceholderMasking(tf.Module):
     Args:
         slot_token_ids: the slot tokens' wordpiece ids (:func:`slot_ids` of the model's tokenizer).
         patterns: the pattern set (the config's: ``pattern_set(localization.extra_placeholder_patterns)``).
+        glossary: the model's own (source term, target term) entries, applied to every sentence after
+            those of a request (a model directory's ``glossary.tsv``; an export holds them).
 
     A search of a masked source is constrained to write each slot token of the source exactly as often
     as the source holds it, as a word of its own (:meth:`constraint`;
@@ -207,12 +215,13 @@ class PlaceholderMasking(tf.Module):
     takes_glossary = True  # terms are masked as slots too (gnmt_tf.localization.glossary)
 
     def __init__(self, slot_token_ids: SlotIds, patterns: PatternSet = DEFAULT_PATTERNS,
-                 name: str = "placeholder_masking"):
+                 glossary: Sequence[Tuple[str, str]] = (), name: str = "placeholder_masking"):
         super().__init__(name=name)
         if not len(slot_token_ids.words) == len(slot_token_ids.continuations) == MAX_SLOTS:
             raise ValueError(f"{MAX_SLOTS} slot token ids of each form are needed, got {slot_token_ids}")
         self.slot_token_ids = slot_token_ids
         self.patterns = patterns
+        self.glossary = tuple((str(source), str(target)) for source, target in glossary)
         self._automaton = compile_patterns(patterns)
         # Indexed by class + 1: "no match" (-1) is not a placeholder, nor is a guard's match.
         self._is_placeholder = np.array([False] + [c.is_placeholder for c in patterns.classes], dtype=bool)
@@ -221,9 +230,11 @@ class PlaceholderMasking(tf.Module):
     masked_spec = staticmethod(MaskedBatch.spec)  # what mask returns, as TensorSpecs
 
     def mask(self, sentences: tf.Tensor, glossary: Optional[Glossary] = None) -> MaskedBatch:
-        """``mask`` of every sentence (string [N]), with the ``glossary``'s terms (none by default)."""
+        """``mask`` of every sentence (string [N]), with the request's ``glossary`` terms (none by default)
+        and then the model's."""
         with tf.name_scope("mask_placeholders"):
-            glossary = Glossary.none(sentences) if glossary is None else glossary
+            own = Glossary.of(self.glossary, sentences)
+            glossary = own if glossary is None else glossary.followed_by(own)
             data, lengths = _dense(*_byte_parts(sentences))
             data, lengths = _dense(*_without_slot_characters(data, lengths))
             ends, classes = _longest_matches(data, lengths, self._automaton)
@@ -289,12 +300,16 @@ class PlaceholderMasking(tf.Module):
 TextMasking = Union[VerbatimText, PlaceholderMasking]
 
 
-def text_masking(localization, tokenizer) -> TextMasking:
+def text_masking(localization, tokenizer, glossary: Sequence[Tuple[str, str]] = ()) -> TextMasking:
     """What a translator of a model with this config section (``localization``) does to text:
-    :class:`PlaceholderMasking` with the config's patterns, or :data:`VERBATIM`."""
+    :class:`PlaceholderMasking` with the config's patterns and the model's ``glossary``, or :data:`VERBATIM`
+    (ValueError with a glossary: its terms need slots)."""
     if not localization.placeholders:
+        if glossary:
+            raise ValueError("a model's glossary needs a model trained with localization.placeholders: its terms "
+                             "are masked as placeholder slots, which this model has not learned")
         return VERBATIM
-    return PlaceholderMasking(slot_ids(tokenizer), pattern_set(localization.extra_placeholder_patterns))
+    return PlaceholderMasking(slot_ids(tokenizer), pattern_set(localization.extra_placeholder_patterns), glossary)
 
 
 # --------------------------------------------------------------------------------- bytes

@@ -41,3 +41,20 @@ def test_the_command_line_refuses_a_bad_glossary_before_loading_a_model(tmp_path
     result = run_in_process([sys.executable, "-m", "gnmt_tf.translate", "--model-dir", "runs/none",
                              "--glossary", str(path)])
     assert result.returncode == 2 and "--glossary:" in result.stderr and ":1: expected" in result.stderr
+
+
+def test_a_model_directory_s_glossary_is_read_when_there_is_one(tmp_path):
+    from gnmt_tf import model_files
+
+    assert model_files.read_model_glossary(str(tmp_path)) == []
+    (tmp_path / model_files.GLOSSARY_FILE).write_text("file\tfichier\n", encoding="utf-8")
+    assert model_files.read_model_glossary(str(tmp_path)) == [("file", "fichier")]
+
+
+def test_a_model_glossary_needs_a_model_trained_with_placeholders():
+    from gnmt_tf.config import LocalizationConfig
+    from gnmt_tf.localization.in_graph import VERBATIM, text_masking
+
+    assert text_masking(LocalizationConfig(placeholders=False), tokenizer=None) is VERBATIM
+    with pytest.raises(ValueError, match="needs a model trained with localization.placeholders"):
+        text_masking(LocalizationConfig(placeholders=False), tokenizer=None, glossary=[("file", "fichier")])

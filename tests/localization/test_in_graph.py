@@ -170,3 +170,18 @@ def test_no_glossary_is_the_empty_glossary(masking):
     sentences = tf.constant(TERM_CASES)
     plain, empty = masking.mask(sentences), masking.mask(sentences, Glossary.of([], sentences))
     assert decoded(plain.text) == decoded(empty.text) == [placeholders.mask(s).text for s in TERM_CASES]
+
+
+def test_a_models_glossary_applies_to_every_sentence_after_the_requests_own():
+    """Its own entries without a request glossary; a request's entry for the same term wins."""
+    sentences = tf.constant(["open the file", "no term", "file: %s"])
+    own = PlaceholderMasking(SlotIds(WORD_IDS, CONTINUATION_IDS), glossary=[("file", "fichier")])
+    assert decoded(own.restore(own.mask(sentences).text, own.mask(sentences))) == [
+        "open the fichier", "no term", "fichier: %s"]
+    request = Glossary.of([("file", "document"), ("open", "ouvrir")], sentences)
+    masked = own.mask(sentences, request)
+    assert decoded(own.restore(masked.text, masked)) == [
+        placeholders.restore(m.text, m.placeholders) for m in (
+            placeholders.mask(s, glossary=[("file", "document"), ("open", "ouvrir"), ("file", "fichier")])
+            for s in ["open the file", "no term", "file: %s"])]
+    assert decoded(own.restore(masked.text, masked))[0] == "ouvrir the document"
