@@ -203,6 +203,8 @@ def test_every_target_word_is_aligned_once_to_a_source_word(translators, kind):
         for hypothesis in hypotheses:
             assert_every_target_word_once(source, hypothesis)
             assert hypothesis.attention is None  # not asked for
+            # Every hypothesis of a masked n-best list keeps the placeholders (the constrained search).
+            assert kind == "verbatim" or placeholders.check(source, hypothesis.text).ok, (source, hypothesis.text)
     assert any(len(h.text.split()) > 1 for hypotheses in nbest for h in hypotheses)
     unasked = translator.translate_nbest(SOURCES, n_best=2, return_attention=True)
     assert [[h.text for h in hypotheses] for hypotheses in unasked] == [[h.text for h in hypotheses]
