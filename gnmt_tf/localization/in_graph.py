@@ -5,8 +5,8 @@ before tokenizing it and restores them in the translation, with no client code: 
 :func:`~gnmt_tf.localization.placeholders.mask` and :func:`~gnmt_tf.localization.placeholders.restore`,
 written with tensor ops. TFLite has no string or regex ops, so everything works on the UTF-8 bytes
 of the strings with the tensorflow-text ops that have TFLite kernels and TF Serving links:
-``ByteSplitWithOffsets`` (string -> bytes), ``ByteSplitByOffsets`` (substrings) and
-``FastWordpieceDetokenize`` over a vocabulary of the 256 bytes (bytes -> string).
+``ByteSplitWithOffsets`` (string -> bytes) and ``FastWordpieceDetokenize`` over a vocabulary of the
+256 bytes (bytes -> string); substrings and replacements are gathers of bytes in between.
 
 Finding (:meth:`PlaceholderMasking.mask`): the pattern set is compiled once into one byte automaton
 (:func:`gnmt_tf.localization.automaton.compile_patterns`). One ``while`` loop runs it from every
