@@ -105,6 +105,7 @@ __all__ = [
     "UNKNOWN_TEXT",
     "WHITESPACE",
     "DEFAULT_MAX_BYTES_PER_WORD",
+    "row_ids",
 ]
 
 
@@ -208,7 +209,7 @@ def _validate(pieces: Sequence[str]) -> _Vocabulary:
     return _Vocabulary(pieces=pieces, index=index, alphabet=alphabet, max_piece_chars=max_piece_chars)
 
 
-def _row_ids(row_splits: tf.Tensor, num_values: tf.Tensor) -> tf.Tensor:
+def row_ids(row_splits: tf.Tensor, num_values: tf.Tensor) -> tf.Tensor:
     """The row of every value of a ragged tensor, from its row splits.
 
     Uses only scatter_nd and cumsum (TFLite builtins): mark each row start with 1 (empty rows add up),
@@ -350,7 +351,7 @@ class _WordpieceOps(tf.Module):
 
             # Per piece: a bad word keeps only its first piece, as UNK_ID; otherwise drop the hidden
             # entries (ids >= vocab_size) that absorbed the WhitespaceTokenizer's trailing bytes.
-            word_of_piece = _row_ids(splits, num_pieces)
+            word_of_piece = row_ids(splits, num_pieces)
             bad_piece = tf.gather(bad_word, word_of_piece)
             is_first = tf.equal(tf.range(num_pieces), tf.gather(starts, word_of_piece))
             new_ids = tf.where(bad_piece, tf.constant(UNK_ID, tf.int32), ids)
@@ -369,7 +370,7 @@ class _WordpieceOps(tf.Module):
 
             # 1. Cut each row at its first EOS; drop PAD and BOS.
             num_values = tf.size(values, out_type=tf.int64)
-            row = _row_ids(splits, num_values)
+            row = row_ids(splits, num_values)
             eos_until = tf.cumsum(tf.cast(tf.equal(values, EOS_ID), tf.int64))  # inclusive
             eos_before_row = tf.gather(tf.concat([tf.zeros([1], tf.int64), eos_until], axis=0), splits[:-1])
             after_eos = eos_until - tf.gather(eos_before_row, row) > 0
@@ -380,7 +381,7 @@ class _WordpieceOps(tf.Module):
             #    becomes `width` slots (the replacement for a row's first value, else the value and
             #    -1 fillers), and the fillers are dropped.
             num_values = tf.size(values, out_type=tf.int64)
-            row = _row_ids(splits, num_values)
+            row = row_ids(splits, num_values)
             is_first = tf.equal(tf.range(num_values), tf.gather(splits[:-1], row))
             table = tf.constant(self._leading_replacement)
             width = table.shape[1]

@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from gnmt_tf.data.tokenizer import WORD_MARK
+from gnmt_tf.data.tokenizer import WORD_MARK, row_ids
 from gnmt_tf.decoding.constraints import UNCONSTRAINED, TokenCounts
 from gnmt_tf.localization.automaton import Automaton, compile_patterns
 from gnmt_tf.localization.placeholders import (DEFAULT_PATTERNS, MAX_SLOTS, SLOT_BASE, SLOT_TOKENS, WHITESPACE,
@@ -328,7 +328,7 @@ class _ByteDetokenizer:
     def text(self, values: tf.Tensor, splits: tf.Tensor) -> tf.Tensor:
         """The strings of ragged bytes given as values (int32) and row splits (int64)."""
         count = tf.size(values, out_type=tf.int64)
-        is_first = tf.equal(tf.range(count), tf.gather(splits, _row_ids(splits, count)))
+        is_first = tf.equal(tf.range(count), tf.gather(splits, row_ids(splits, count)))
         ids = tf.where(is_first, values, values + 256)
         return self._op.detokenize(tf.RaggedTensor.from_row_splits(ids, splits, validate=False))
 
@@ -347,13 +347,6 @@ def _byte_detokenizer() -> _ByteDetokenizer:
     if "bytes" not in _DETOKENIZERS:
         _DETOKENIZERS["bytes"] = _ByteDetokenizer()
     return _DETOKENIZERS["bytes"]
-
-
-def _row_ids(row_splits: tf.Tensor, num_values: tf.Tensor) -> tf.Tensor:
-    """The row of every value from int64 row splits (scatter_nd and cumsum: TFLite builtins)."""
-    inner = row_splits[1:-1]
-    marks = tf.scatter_nd(tf.expand_dims(inner, 1), tf.ones_like(inner), tf.reshape(num_values + 1, [1]))
-    return tf.cumsum(marks[:-1])
 
 
 def _byte_parts(strings: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -640,7 +633,7 @@ def _segments(pool: tf.Tensor, starts: tf.Tensor, lengths: tf.Tensor) -> Tuple[t
     """Ragged rows of ``pool``'s values: row r is ``pool[starts[r]:starts[r] + lengths[r]]`` (int32 [R] each)."""
     splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(lengths, tf.int64))], axis=0)
     total = splits[-1]
-    row = _row_ids(splits, total)
+    row = row_ids(splits, total)
     within = tf.cast(tf.range(total) - tf.gather(splits, row), tf.int32)
     return tf.gather(pool, tf.gather(starts, row) + within), splits
 
@@ -672,7 +665,7 @@ def _restored_bytes(data, lengths, masked: MaskedBatch, placeholder_values, plac
     flat_written = tf.cast(tf.reshape(written, [-1]), tf.int64)
     offsets = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(flat_written)], axis=0)
     total = offsets[-1]
-    writer = _row_ids(offsets, total)
+    writer = row_ids(offsets, total)
     within = tf.cast(tf.range(total) - tf.gather(offsets, writer), tf.int32)
     from_text = tf.gather(tf.reshape(tf.gather(text_starts, index, batch_dims=1), [-1]), writer)
     pool_index = tf.where(tf.gather(tf.reshape(is_token, [-1]), writer),
